@@ -1,0 +1,132 @@
+"""One Orbax checkpoint per step holding the whole train state, with a strict structure check on restore.
+
+The train state is any pytree of arrays (params, optimizer state, pheromone tables, RNG key data, step).
+`Checkpointer.restore_or_init` resumes from the latest step in the workdir or returns the freshly
+initialised state; a saved tree whose keys, shapes or dtypes differ from the target is refused with an error
+listing every mismatch, instead of restoring part of it (the Orbax default would silently pad or fail deep
+inside TensorStore).
+
+Typed PRNG keys are not arrays Orbax can write: store `jax.random.key_data(key)` (u32[2]) in the state and
+wrap it back with `jax.random.wrap_key_data` after restoring.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class CheckpointMismatchError(ValueError):
+  """A saved checkpoint does not match the structure of the state it is restored into."""
+
+
+def _flatten(tree: Any) -> dict[str, tuple[tuple[int, ...], str]]:
+  """Maps 'a/b/c' key paths to (shape, dtype) for every leaf of `tree`."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    name = "/".join(_key_str(k) for k in path)
+    shape = tuple(getattr(leaf, "shape", np.shape(leaf)))
+    dtype = str(getattr(leaf, "dtype", np.asarray(leaf).dtype))
+    out[name] = (shape, dtype)
+  return out
+
+
+def _key_str(k: Any) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(k, attr):
+      return str(getattr(k, attr))
+  return str(k)
+
+
+def structure_mismatches(saved: Any, target: Any) -> list[str]:
+  """Lists the differences between two pytrees' key paths, shapes and dtypes.
+
+  Args:
+    saved: the checkpoint's tree metadata (leaves with `.shape` and `.dtype`) or any pytree of arrays.
+    target: the pytree the caller wants to restore into.
+
+  Returns:
+    One human-readable line per mismatch: keys only in the checkpoint, keys only in the target, and
+    keys whose shape or dtype differ. Empty when the structures agree.
+  """
+  a, b = _flatten(saved), _flatten(target)
+  lines = []
+  for k in sorted(set(a) - set(b)):
+    lines.append(f"only in checkpoint: {k} {a[k][0]} {a[k][1]}")
+  for k in sorted(set(b) - set(a)):
+    lines.append(f"only in train state: {k} {b[k][0]} {b[k][1]}")
+  for k in sorted(set(a) & set(b)):
+    if a[k][0] != b[k][0] or a[k][1] != b[k][1]:
+      lines.append(f"mismatch at {k}: checkpoint {a[k][0]} {a[k][1]} vs train state {b[k][0]} {b[k][1]}")
+  return lines
+
+
+class Checkpointer:
+  """One Orbax `CheckpointManager` per workdir; saves and restores the whole train state.
+
+  Args:
+    directory: folder for the checkpoints (created if missing). Each step is a sub-folder.
+    max_to_keep: how many recent steps to keep (config key `checkpoint.max_to_keep`).
+    save_every: `maybe_save` writes only on steps divisible by this (and always when `force`).
+  """
+
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 2, save_every: int = 1):
+    self.directory = os.path.abspath(os.fspath(directory))
+    self.save_every = max(1, int(save_every))
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+        item_handlers=ocp.StandardCheckpointHandler(),
+    )
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def save(self, step: int, state: Any) -> None:
+    """Writes `state` as step `step` and waits until it is on disk (a kill after return loses nothing)."""
+    self._manager.save(int(step), args=ocp.args.StandardSave(state), force=True)
+    self._manager.wait_until_finished()
+
+  def maybe_save(self, step: int, state: Any, *, force: bool = False) -> bool:
+    if force or step % self.save_every == 0:
+      self.save(step, state)
+      return True
+    return False
+
+  def restore(self, step: int, target: Any) -> Any:
+    """Restores step `step` into the structure of `target`.
+
+    Raises:
+      CheckpointMismatchError: the checkpoint's keys, shapes or dtypes differ from `target`'s; the
+        message lists every mismatch and the checkpoint folder, so nothing is partly restored.
+    """
+    saved = self._manager.item_metadata(step)
+    if saved is None:
+      raise CheckpointMismatchError(f"checkpoint {self.directory}/{step} has no readable metadata; "
+                                    "it was not written by common.checkpoint.Checkpointer")
+    saved_tree = getattr(saved, "tree", saved)
+    problems = structure_mismatches(saved_tree, target)
+    if problems:
+      raise CheckpointMismatchError(
+          f"checkpoint {self.directory}/{step} does not match the train state "
+          f"({len(problems)} differences):\n  " + "\n  ".join(problems)
+          + "\nUse a fresh --workdir for a changed model or config, or restore with the config "
+          "that wrote this checkpoint."
+      )
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+    return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+
+  def restore_or_init(self, init_state: Any) -> tuple[Any, int | None]:
+    """Returns (latest saved state, its step), or (`init_state`, None) when the folder holds none."""
+    step = self.latest_step()
+    if step is None:
+      return init_state, None
+    return self.restore(step, init_state), step
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()

@@ -1,0 +1,214 @@
+"""Tool environments: the interface the rollout driver talks to, and a replay of TRAJECT-Bench's recordings.
+
+`ToolEnv` mirrors the MCP server surface (tools/list, tools/call) plus an episode reset, so that a later
+issue can move an environment into a separate sandboxed process speaking MCP over stdio without changing
+the driver. Everything crossing the interface is plain data (str, dict, bool, int): JSON-serialisable.
+
+`ReplayEnv` answers a call with the output the dataset recorded for that tool in the current task: the
+first not-yet-consumed recorded call with that name (arguments are not used to pick it; `info` reports
+whether they match). Calls the recording cannot answer get an explicit "not available in this replay"
+observation. It is pure Python and picklable (no open files, locks or threads).
+
+Statuses:
+  'ok'          a recorded call that succeeded (observation = its recorded output);
+  'failed'      a recorded call whose execution failed (observation = the recorded error text);
+  'unavailable' a known tool with no unconsumed recorded call in this task;
+  'invalid'     a malformed call or an unknown tool name (observation names the problem and the fix).
+Every step counts towards the horizon, invalid ones included, so an agent cannot loop forever.
+
+Horizon (config key `env.horizon`, with `env.max_steps`):
+  'gold'       the episode ends after min(len(gold calls), max_steps) calls (default);
+  'max_steps'  the episode ends after max_steps calls.
+"""
+from __future__ import annotations
+
+import abc
+import copy
+import difflib
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from phgpo import data as data_lib
+
+STATUSES = ("ok", "failed", "unavailable", "invalid")
+HORIZONS = ("gold", "max_steps")
+
+
+class StepResult(NamedTuple):
+  """What one tool call returns.
+
+  Attributes:
+    observation: text shown to the agent.
+    status: one of STATUSES.
+    done: True when the episode has reached its horizon (no further step is accepted).
+    info: JSON-serialisable diagnostics for the trainer (never shown to the agent).
+  """
+  observation: str
+  status: str
+  done: bool
+  info: dict[str, Any]
+
+
+class ToolEnv(abc.ABC):
+  """A tool-using episode environment, MCP-shaped.
+
+  Protocol: tools() any time; reset(task_id, seed) starts an episode and returns the first observation;
+  step(call) until StepResult.done; close() releases resources. Also a context manager.
+  """
+
+  @abc.abstractmethod
+  def tools(self) -> list[dict[str, Any]]:
+    """The tool list, MCP `tools/list` form: [{'name', 'description', 'inputSchema'}]."""
+
+  @abc.abstractmethod
+  def reset(self, task_id: str, seed: int) -> str:
+    """Starts an episode of task `task_id`; returns the initial observation (the task's query)."""
+
+  @abc.abstractmethod
+  def step(self, call: Mapping[str, Any]) -> StepResult:
+    """Executes one tool call {'name': str, 'arguments': dict}; a malformed call gives status 'invalid'."""
+
+  def close(self) -> None:
+    """Releases resources (none for in-process environments)."""
+
+  def __enter__(self) -> "ToolEnv":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+class ReplayEnv(ToolEnv):
+  """Replays the recorded outputs of TRAJECT-Bench's gold calls.
+
+  Args:
+    tasks: the tasks that reset() accepts (unique task_ids).
+    tool_specs: the tool list; must contain every tool the tasks' gold calls use.
+    max_steps: hard cap on calls per episode (>= 1). Config key: `env.max_steps`.
+    horizon: 'gold' or 'max_steps' (see the module docstring). Config key: `env.horizon`.
+  Raises:
+    ValueError: bad max_steps/horizon, duplicate task ids or tool names, or gold tools missing from
+      tool_specs (the message lists them and says how to build a complete tool list).
+  """
+
+  def __init__(self, tasks: Sequence[data_lib.Task], tool_specs: Sequence[data_lib.ToolSpec], *,
+               max_steps: int = 20, horizon: str = "gold"):
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+      raise ValueError(f"max_steps must be an int >= 1 (config key env.max_steps), got {max_steps!r}")
+    if horizon not in HORIZONS:
+      raise ValueError(f"horizon must be one of {HORIZONS} (config key env.horizon), got {horizon!r}")
+    self.max_steps = max_steps
+    self.horizon = horizon
+    self._tasks = {t.task_id: t for t in tasks}
+    if len(self._tasks) != len(tasks):
+      raise ValueError("duplicate task ids in tasks")
+    self._specs = {s.name: s for s in tool_specs}
+    if len(self._specs) != len(tool_specs):
+      raise ValueError("duplicate tool names in tool_specs")
+    missing = sorted({c.name for t in tasks for c in t.calls} - set(self._specs))
+    if missing:
+      raise ValueError(f"{len(missing)} tools used by gold calls are not in tool_specs, e.g. {missing[:3]}; "
+                       "build the tool list with data.load_tool_catalogue(root, all_tasks) over the train and "
+                       "held-out tasks together")
+    self._tool_list = [s.mcp() for s in tool_specs]
+    self._task: data_lib.Task | None = None
+    self._consumed: list[bool] = []
+    self._steps = 0
+    self._horizon_len = 0
+    self._seed = 0
+
+  # -- interface
+
+  def tools(self) -> list[dict[str, Any]]:
+    return copy.deepcopy(self._tool_list)
+
+  def reset(self, task_id: str, seed: int) -> str:
+    """Starts task `task_id`. The replay is deterministic: `seed` is recorded in info only.
+
+    Raises:
+      KeyError: an unknown task id (ids look like 'Finance/0').
+    """
+    task = self._tasks.get(task_id)
+    if task is None:
+      example = next(iter(self._tasks), "<none>")
+      raise KeyError(f"unknown task id {task_id!r}: this ReplayEnv holds {len(self._tasks)} tasks "
+                     f"with ids like {example!r}")
+    self._task = task
+    self._consumed = [False] * len(task.calls)
+    self._steps = 0
+    self._seed = int(seed)
+    self._horizon_len = min(len(task.calls), self.max_steps) if self.horizon == "gold" else self.max_steps
+    return task.query
+
+  def step(self, call: Mapping[str, Any]) -> StepResult:
+    """Answers one call from the recording.
+
+    Raises:
+      RuntimeError: step() before reset() or after the episode is done (a driver bug, not agent input).
+    """
+    if self._task is None:
+      raise RuntimeError("step() before reset(task_id, seed)")
+    if self._steps >= self._horizon_len:
+      raise RuntimeError(f"episode of task {self._task.task_id!r} is done ({self._steps} steps); call reset()")
+    self._steps += 1
+    done = self._steps >= self._horizon_len
+    info: dict[str, Any] = {"task_id": self._task.task_id, "step": self._steps, "horizon": self._horizon_len,
+                            "seed": self._seed, "tool": None, "gold_index": None,
+                            "arg_keys_match": None, "arguments_match": None}
+
+    problem = _malformed(call)
+    if problem:
+      info["error"] = problem
+      return StepResult(f"Error: invalid tool call: {problem}. A call is {{'name': <tool name>, "
+                        "'arguments': {<parameter>: <value>}}.", "invalid", done, info)
+    name, arguments = call["name"], call.get("arguments") or {}
+    info["tool"] = name
+    if name not in self._specs:
+      info["error"] = "unknown tool"
+      close = difflib.get_close_matches(name, list(self._specs), n=3, cutoff=0.6)
+      hint = f" Did you mean {close}?" if close else ""
+      return StepResult(f"Error: unknown tool {name!r}.{hint} This environment has {len(self._specs)} tools; "
+                        "see the tool list (tools(), MCP tools/list) for their names and parameters.",
+                        "invalid", done, info)
+
+    for i, recorded in enumerate(self._task.calls):
+      if recorded.name == name and not self._consumed[i]:
+        self._consumed[i] = True
+        info["gold_index"] = i
+        info["arg_keys_match"] = tuple(sorted(arguments)) == recorded.arg_keys
+        info["arguments_match"] = dict(arguments) == dict(recorded.arguments)
+        status = "ok" if recorded.status == "success" else "failed"
+        return StepResult(recorded.output, status, done, info)
+    return StepResult(f"Tool {name!r} is not available in this replay: the dataset recorded no unused call to "
+                      "it for this task, so there is no output to return. Only recorded calls can be answered.",
+                      "unavailable", done, info)
+
+  # -- helpers for drivers and tests
+
+  @property
+  def task_ids(self) -> list[str]:
+    return list(self._tasks)
+
+  @property
+  def steps_taken(self) -> int:
+    return self._steps
+
+  @property
+  def episode_horizon(self) -> int:
+    """Calls allowed in the current episode (0 before the first reset)."""
+    return self._horizon_len
+
+
+def _malformed(call: Any) -> str | None:
+  """What is wrong with a call, or None."""
+  if not isinstance(call, Mapping):
+    return f"the call must be a dict, got {type(call).__name__}"
+  if "name" not in call:
+    return "missing 'name'"
+  if not isinstance(call["name"], str) or not call["name"].strip():
+    return f"'name' must be a non-empty string, got {call['name']!r:.60}"
+  args = call.get("arguments")
+  if args is not None and not isinstance(args, Mapping):
+    return f"'arguments' must be a dict of parameter name -> value, got {type(args).__name__}"
+  if args is not None and not all(isinstance(k, str) for k in args):
+    return "'arguments' keys must be parameter names (strings)"
+  return None

@@ -1,0 +1,447 @@
+"""PhGPO pheromone: task-agnostic tables, a task-dependent memory bank, and their fusion.
+
+State (`PheromoneState`, a pytree):
+  tau      f32[N+1, N]  task-agnostic tool-transition pheromone; row N is START.
+  tau_arg  f32[N, Tm]   argument-template pheromone.
+  bank_*                one ring buffer of C (task embedding, edge, score) entries: the
+                        task-dependent memory bank M_ij of every edge, kept together.
+
+Update after each batch of scored trajectories (ant-colony rule with MAX-MIN clipping):
+  tau <- clip((1 - rho) tau + alpha sum_xi q(xi) 1[(i, j) in xi], tau_min, tau_max)
+and the same for tau_arg over (tool, template) pairs with (arg_rho, arg_alpha).
+
+Source: PhGPO, arXiv:2602.13691, sec. "Pheromone" (SPEC.md "PhGPO": task-agnostic pheromone,
+task-dependent pheromone, fusion). MAX-MIN clipping: Stutzle & Hoos 2000, "MAX-MIN Ant System".
+
+Every function is pure and jittable; shapes (N, Tm, C, D) come from the arrays, `num_tools`
+etc. only from Python ints in `init_pheromone`.
+
+Sharding: the tables and the bank are small and replicated; the batch axis B of the trajectory
+inputs may be sharded (Auto or Explicit mesh axes). Before a scatter into a replicated table,
+the few B*H edge ids and amounts are gathered to every device (`_replicated`), so each device
+applies the same update; `pheromone_rows` stays sharded along B.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+DEP_UNITS = ("tau_range", "score")
+
+
+class PheromoneState(NamedTuple):
+  """Pheromone tables and the task-dependent memory bank (one ring buffer).
+
+  Attributes:
+    tau: f32[N+1, N], task-agnostic pheromone tau_agn(prev, next); row N = START.
+    tau_arg: f32[N, Tm], argument pheromone tau_arg(tool, template).
+    bank_emb: f32[C, D], unit-norm task embeddings of the bank entries (0 where never written).
+    bank_edge: i32[C], flattened edge prev * N + next of each entry (prev may be N = START).
+    bank_score: f32[C], match score q in [0, 1] of the trajectory that wrote the entry.
+    bank_valid: bool[C], whether the slot holds an entry.
+    bank_ptr: i32[], next slot to write (ring buffer; the oldest entry is overwritten first).
+  """
+  tau: jax.Array
+  tau_arg: jax.Array
+  bank_emb: jax.Array
+  bank_edge: jax.Array
+  bank_score: jax.Array
+  bank_valid: jax.Array
+  bank_ptr: jax.Array
+
+
+def _is_static(x) -> bool:
+  return isinstance(x, (int, float))
+
+
+def _check_bounds(tau_min, tau_max):
+  if _is_static(tau_min) and tau_min <= 0:
+    raise ValueError(f"pheromone.tau_min must be > 0 so that log(tau) is finite, got {tau_min}.")
+  if _is_static(tau_min) and _is_static(tau_max) and tau_max < tau_min:
+    raise ValueError(f"pheromone.tau_max ({tau_max}) must be >= pheromone.tau_min ({tau_min}).")
+
+
+def _check_rate(name, rate):
+  if _is_static(rate) and not 0.0 <= rate <= 1.0:
+    raise ValueError(f"{name} must lie in [0, 1], got {rate}.")
+
+
+def _replicated(x: jax.Array) -> jax.Array:
+  """Gathers an array that is explicitly sharded (Explicit mesh axes) onto every device.
+
+  A no-op without a mesh, under Auto axes (the compiler then inserts the gather itself), and
+  for unsharded arrays. Used on the small B*H index/amount arrays before a scatter into a
+  replicated table: under Explicit axes a scatter with sharded indices is rejected.
+  """
+  sharding = jax.typeof(x).sharding
+  spec = getattr(sharding, "spec", None)
+  if spec is None or all(a is None for a in spec):
+    return x
+  return jax.sharding.reshard(
+      x, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
+
+
+def take_rows(table: jax.Array, idx: jax.Array) -> jax.Array:
+  """table[clip(idx, 0, R-1)]: rows of a replicated table for (possibly sharded) indices.
+
+  Under Explicit mesh axes a gather with sharded indices needs its output sharding spelled
+  out; the rows then follow the sharding of `idx`. Elsewhere this is `jnp.take(mode='clip')`.
+
+  Args:
+    table: [R, ...] replicated table.
+    idx: i32[B] row indices (clamped into [0, R-1]).
+  Returns:
+    [B, ...] rows, sharded like idx.
+  """
+  idx = jnp.clip(idx.astype(jnp.int32), 0, table.shape[0] - 1)
+  sharding = jax.typeof(idx).sharding
+  spec = getattr(sharding, "spec", None)
+  if spec is None or all(a is None for a in spec):
+    return jnp.take(table, idx, axis=0)
+  out = jax.sharding.NamedSharding(
+      sharding.mesh, jax.sharding.PartitionSpec(*spec, *([None] * (table.ndim - 1))))
+  return table.at[idx].get(out_sharding=out)
+
+
+def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_min: float,
+                   tau_max: float, template_mask: chex.Array | None = None,
+                   bank_capacity: int, embed_dim: int,
+                   edge_mask: chex.Array | None = None) -> PheromoneState:
+  """Initial pheromone state: every graph edge and template at tau_init, an empty bank.
+
+  tau(i, j) = tau_init where edge_mask[i, j] (all pairs when edge_mask is None), tau_min
+  elsewhere; tau_arg(i, t) = tau_init where template_mask[i, t], tau_min elsewhere.
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO"); MAX-MIN Ant System initialisation.
+
+  Args:
+    num_tools: N (static).
+    num_templates: Tm (static), the template axis of the graph (`ToolGraph.num_templates`).
+    tau_init: initial pheromone on graph edges (config `pheromone.tau_init`).
+    tau_min, tau_max: MAX-MIN bounds, 0 < tau_min <= tau_init <= tau_max
+      (config `pheromone.tau_min`, `pheromone.tau_max`).
+    template_mask: optional bool[N, Tm], the graph's existing templates (`ToolGraph.template_mask`).
+    bank_capacity: C >= 1, total entries of the task-dependent memory bank, shared by all edges
+      (config `pheromone.bank_capacity`). The SPEC bounds each edge's bank; this implementation
+      bounds the union with one ring buffer (oldest entries overwritten first).
+    embed_dim: D, the task-embedding width.
+    edge_mask: optional bool[N+1, N] (`ToolGraph.edge_mask`): pairs outside the graph start at
+      tau_min, a prior against unobserved transitions. They still evaporate and receive deposit
+      when a rollout traverses them.
+  Returns:
+    A `PheromoneState` with f32 tables and an empty bank (bank_ptr = 0).
+  Raises:
+    ValueError on bad sizes or bounds, or mask shapes that do not match.
+  """
+  if int(num_tools) < 1 or int(num_templates) < 1:
+    raise ValueError(f"num_tools and num_templates must be >= 1, got {num_tools}, {num_templates}.")
+  if int(bank_capacity) < 1 or int(embed_dim) < 1:
+    raise ValueError(
+        f"pheromone.bank_capacity and embed_dim must be >= 1, got {bank_capacity}, {embed_dim}; "
+        "to disable the task-dependent pheromone set its weight w to 0 instead.")
+  _check_bounds(tau_min, tau_max)
+  if not tau_min <= tau_init <= tau_max:
+    raise ValueError(
+        f"pheromone.tau_init ({tau_init}) must lie in [tau_min, tau_max] = [{tau_min}, {tau_max}].")
+  n, tm = int(num_tools), int(num_templates)
+  tau = jnp.full((n + 1, n), tau_init, jnp.float32)
+  if edge_mask is not None:
+    edge_mask = jnp.asarray(edge_mask, bool)
+    if edge_mask.shape != (n + 1, n):
+      raise ValueError(f"edge_mask must have shape (N+1, N) = {(n + 1, n)}, got {edge_mask.shape}.")
+    tau = jnp.where(edge_mask, tau, jnp.float32(tau_min))
+  tau_arg = jnp.full((n, tm), tau_init, jnp.float32)
+  if template_mask is not None:
+    template_mask = jnp.asarray(template_mask, bool)
+    if template_mask.shape != (n, tm):
+      raise ValueError(f"template_mask must have shape (N, Tm) = {(n, tm)}, got "
+                       f"{template_mask.shape}.")
+    tau_arg = jnp.where(template_mask, tau_arg, jnp.float32(tau_min))
+  c, d = int(bank_capacity), int(embed_dim)
+  return PheromoneState(
+      tau=tau,
+      tau_arg=tau_arg,
+      bank_emb=jnp.zeros((c, d), jnp.float32),
+      bank_edge=jnp.zeros((c,), jnp.int32),
+      bank_score=jnp.zeros((c,), jnp.float32),
+      bank_valid=jnp.zeros((c,), bool),
+      bank_ptr=jnp.zeros((), jnp.int32))
+
+
+def evaporate(tau: chex.Array, *, rho) -> jax.Array:
+  """Evaporation of every entry: tau <- (1 - rho) tau.
+
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-agnostic pheromone).
+
+  Args:
+    tau: f32[R, K], a pheromone table.
+    rho: evaporation rate in [0, 1] (config `pheromone.rho`; `pheromone.arg_rho` for tau_arg).
+  Returns:
+    f32[R, K].
+  Raises:
+    ValueError for a Python rho outside [0, 1]; not checked for a traced rho.
+  """
+  chex.assert_rank(tau, 2)
+  chex.assert_type(tau, float)
+  _check_rate("pheromone.rho", rho)
+  return (1.0 - rho) * jnp.asarray(tau)
+
+
+def _first_visits(flat: jax.Array, valid: jax.Array) -> jax.Array:
+  """bool[B, H]: valid and the first valid occurrence of flat[b, h] within row b."""
+  h = flat.shape[1]
+  same = (flat[:, :, None] == flat[:, None, :]) & valid[:, None, :]
+  earlier = jnp.tril(jnp.ones((h, h), bool), k=-1)  # [h, h'] with h' < h
+  return valid & ~jnp.any(same & earlier, axis=-1)
+
+
+def _edge_ids(table_shape, prev, nxt, mask):
+  """Flattened ids prev * K + next and their validity (in range and masked in)."""
+  rows, cols = table_shape
+  valid = mask & (prev >= 0) & (prev < rows) & (nxt >= 0) & (nxt < cols)
+  flat = jnp.where(valid, prev * cols + nxt, rows * cols)
+  return flat.astype(jnp.int32), valid
+
+
+def deposit(tau: chex.Array, prev_tools: chex.Array, next_tools: chex.Array,
+            mask: chex.Array, scores: chex.Array, *, alpha) -> jax.Array:
+  """Batched deposit: tau(i, j) += alpha * sum_b q_b * 1[(i, j) traversed by trajectory b].
+
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": deposit alpha sum_xi q(xi) 1[(i,j) in xi]).
+
+  Choice: an edge traversed several times by one trajectory deposits ONCE (the SPEC's
+  indicator 1[(i, j) in xi]), so a trajectory that loops on an edge does not inflate it.
+  Different trajectories of the batch each deposit their own score.
+
+  Args:
+    tau: f32[R, K], a pheromone table (tau: R = N+1, K = N; tau_arg: R = N, K = Tm).
+    prev_tools: i32[B, H], row index of each traversed edge (START = N for step 0).
+    next_tools: i32[B, H], column index of each traversed edge.
+    mask: bool[B, H], steps that count; entries with an index out of range (e.g. -1 for
+      "no candidate" or an unseen template) are skipped as if masked.
+    scores: f32[B], match score q(xi) in [0, 1] per trajectory.
+    alpha: deposit rate (config `pheromone.alpha`; `pheromone.arg_alpha` for tau_arg).
+  Returns:
+    f32[R, K], tau plus deposit (not clipped: see `clip_pheromone`).
+  Raises:
+    AssertionError at trace time on wrong ranks, shapes or dtypes.
+  Notes:
+    Sharding: B may be sharded; the B*H ids and amounts are gathered before the scatter-add.
+  """
+  chex.assert_rank([tau, prev_tools, next_tools, mask, scores], [2, 2, 2, 2, 1])
+  chex.assert_type([tau, prev_tools, next_tools, mask, scores], [float, int, int, bool, float])
+  chex.assert_equal_shape([prev_tools, next_tools, mask])
+  chex.assert_equal_shape_prefix([prev_tools, scores], 1)
+  tau, prev_tools, next_tools, mask, scores = map(
+      jnp.asarray, (tau, prev_tools, next_tools, mask, scores))
+  rows, cols = tau.shape
+  flat, valid = _edge_ids((rows, cols), prev_tools, next_tools, mask)
+  first = _first_visits(flat, valid)
+  amount = jnp.where(first, alpha * scores[:, None], 0.0).astype(tau.dtype)
+  flat = _replicated(flat.reshape(-1))
+  amount = _replicated(amount.reshape(-1))
+  out = tau.reshape(-1).at[flat].add(amount, mode="drop")
+  return out.reshape(rows, cols)
+
+
+def clip_pheromone(tau: chex.Array, *, tau_min, tau_max) -> jax.Array:
+  """MAX-MIN clipping: tau <- clip(tau, tau_min, tau_max), so that log(tau) stays finite.
+
+  Source: Stutzle & Hoos 2000, "MAX-MIN Ant System"; PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO").
+
+  Args:
+    tau: f32[...], any pheromone array.
+    tau_min, tau_max: bounds, 0 < tau_min <= tau_max (config `pheromone.tau_min`/`tau_max`).
+  Returns:
+    f32[...] with every value in [tau_min, tau_max].
+  Raises:
+    ValueError for Python bounds with tau_min <= 0 or tau_max < tau_min.
+  """
+  chex.assert_type(tau, float)
+  _check_bounds(tau_min, tau_max)
+  return jnp.clip(tau, tau_min, tau_max)
+
+
+def _unit(x: jax.Array) -> jax.Array:
+  norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+  return x / jnp.maximum(norm, 1e-12)
+
+
+def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.Array,
+                     mask: chex.Array, scores: chex.Array, task_emb: chex.Array, *, rho, alpha,
+                     tau_min, tau_max, arg_rho, arg_alpha,
+                     bank_min_score: float = 0.0) -> PheromoneState:
+  """One pheromone update after a batch of scored trajectories.
+
+  tau     <- clip((1 - rho) tau + alpha sum_b q_b 1[(i, j) in b], tau_min, tau_max)
+  tau_arg <- clip((1 - arg_rho) tau_arg + arg_alpha sum_b q_b 1[(i, u) in b], tau_min, tau_max)
+  with edges (START, a_0), (a_0, a_1), ... and pairs (a_t, u_t); each edge of a trajectory is
+  written once into the memory bank as (unit e_x, edge, q_b).
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": task-agnostic and task-dependent pheromone).
+
+  Args:
+    state: the current `PheromoneState`.
+    tools: i32[B, H], tool index a_t per step (-1 = no call; such steps are skipped).
+    templates: i32[B, H], template index u_t per step (-1 = unseen template: no arg deposit).
+    mask: bool[B, H], valid steps (padding False). Steps after a masked step still use the
+      previous tool of the row as their prev, so masks are expected to be prefixes.
+    scores: f32[B], match score q in [0, 1] per trajectory (e.g. `metrics.match_ratio_batch`).
+    task_emb: f32[B, D], task embedding e_x per trajectory (normalised here).
+    rho, alpha: tool-pheromone evaporation and deposit rates (config `pheromone.rho`,
+      `pheromone.alpha`).
+    tau_min, tau_max: MAX-MIN bounds for both tables.
+    arg_rho, arg_alpha: the same for tau_arg (config `pheromone.arg_rho`, `pheromone.arg_alpha`).
+    bank_min_score: only trajectories with q >= bank_min_score write bank entries (config
+      `pheromone.bank_min_score`; default 0.0 writes every traversed edge, as the SPEC says).
+  Returns:
+    The new `PheromoneState`; tau and tau_arg lie in [tau_min, tau_max].
+  Raises:
+    AssertionError at trace time on wrong ranks, shapes or dtypes; ValueError on Python
+    hyper-parameters out of range.
+  Notes:
+    When more than C entries are written at once, only the last C (in row-major b, h order)
+    are kept. Sharding: B may be sharded; the new state is replicated.
+  """
+  chex.assert_rank([tools, templates, mask, scores, task_emb], [2, 2, 2, 1, 2])
+  chex.assert_type([tools, templates, mask, scores, task_emb], [int, int, bool, float, float])
+  chex.assert_equal_shape([tools, templates, mask])
+  chex.assert_equal_shape_prefix([tools, scores, task_emb], 1)
+  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
+  _check_rate("pheromone.rho", rho)
+  _check_rate("pheromone.arg_rho", arg_rho)
+  state = PheromoneState(*map(jnp.asarray, state))
+  tools, templates, mask, scores, task_emb = map(jnp.asarray, (tools, templates, mask, scores, task_emb))
+  n = state.tau.shape[1]
+  b, h = tools.shape
+  tools = tools.astype(jnp.int32)
+  prev = jnp.concatenate([jnp.full_like(tools[:, :1], n), tools[:, :-1]], axis=1)
+  scores = scores.astype(jnp.float32)
+
+  tau = evaporate(state.tau, rho=rho)
+  tau = deposit(tau, prev, tools, mask, scores, alpha=alpha)
+  tau = clip_pheromone(tau, tau_min=tau_min, tau_max=tau_max)
+  tau_arg = evaporate(state.tau_arg, rho=arg_rho)
+  tau_arg = deposit(tau_arg, tools, templates.astype(jnp.int32), mask, scores, alpha=arg_alpha)
+  tau_arg = clip_pheromone(tau_arg, tau_min=tau_min, tau_max=tau_max)
+
+  # Memory bank: one entry per (trajectory, distinct traversed edge), in ring-buffer order.
+  cap = state.bank_edge.shape[0]
+  flat, valid = _edge_ids((n + 1, n), prev, tools, mask)
+  write = _first_visits(flat, valid) & (scores[:, None] >= bank_min_score)
+  write = _replicated(write.reshape(-1))
+  flat = _replicated(flat.reshape(-1))
+  entry_score = jnp.repeat(_replicated(scores), h)
+  entry_emb = jnp.repeat(_replicated(_unit(task_emb.astype(jnp.float32))), h, axis=0)
+  rank = jnp.cumsum(write.astype(jnp.int32)) - 1
+  total = jnp.sum(write.astype(jnp.int32))
+  keep = write & (rank >= total - cap)
+  pos = jnp.where(keep, (state.bank_ptr + rank) % cap, cap)
+  return PheromoneState(
+      tau=tau,
+      tau_arg=tau_arg,
+      bank_emb=state.bank_emb.at[pos].set(entry_emb, mode="drop"),
+      bank_edge=state.bank_edge.at[pos].set(flat, mode="drop"),
+      bank_score=state.bank_score.at[pos].set(entry_score, mode="drop"),
+      bank_valid=state.bank_valid.at[pos].set(True, mode="drop"),
+      bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32))
+
+
+def _topk_per_next(sim: jax.Array, nxt: jax.Array, match: jax.Array, *, num_tools: int,
+                   top_k: int) -> jax.Array:
+  """bool[B, C]: matched entries among the top_k most similar of their next tool, per row."""
+  b, c = sim.shape
+  key1 = jnp.where(match, nxt[None, :], num_tools).astype(jnp.int32)
+  idx = jnp.arange(c, dtype=jnp.int32)[None, :] + jnp.zeros_like(key1)  # sharded like key1
+  s_key, _, s_idx = jax.lax.sort((key1, -sim, idx), dimension=1, num_keys=2)
+  pos = jnp.arange(c, dtype=jnp.int32)[None, :] + jnp.zeros_like(s_key)
+  new_group = jnp.concatenate([jnp.ones_like(s_key[:, :1], bool), s_key[:, 1:] != s_key[:, :-1]],
+                              axis=1)
+  start = jax.lax.cummax(jnp.where(new_group, pos, 0), axis=1)  # first slot of each group
+  rank_sorted = pos - start
+  keep_sorted = (rank_sorted < top_k) & (s_key < num_tools)
+  # Back to bank order by sorting on the original index (a sort, not a scatter: shards on B).
+  _, keep = jax.lax.sort((s_idx, keep_sorted), dimension=1, num_keys=1)
+  return keep
+
+
+def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex.Array, *, w,
+                   kappa, top_k_similar: int, tau_min, tau_max,
+                   dep_units: str = "tau_range") -> jax.Array:
+  """Fused pheromone tau(prev, . | x) over all next tools, one row per rollout.
+
+  For edge (i, j) = (prev_b, j) and task x_b with unit embedding e:
+    s_c     = cos(e, e_c) for bank entries c of edge (i, j) with s_c > 0, restricted to the
+              top_k_similar most similar of them;
+    S       = sum_c s_c;   qbar = sum_c s_c q_c / S   (similarity-weighted mean score);
+    c_ij(x) = S / (S + kappa)                          (confidence, 0 with no evidence);
+    tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default)
+            | clip(qbar, tau_min, tau_max)         ('score');
+    tau     = clip((1 - w c_ij) tau_agn(i, j) + w c_ij tau_dep, tau_min, tau_max).
+  A task with no similar history (S = 0) gets tau_agn exactly.
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-dependent pheromone and fusion). The
+  confidence form is unpublished; S / (S + kappa) is the SPEC's suggestion. The SPEC gives
+  tau_dep in score units; 'tau_range' maps the mean score affinely onto [tau_min, tau_max] so
+  both fused terms share units (the authors' code maps it as tau0 + 0.8 qbar (tau_max - tau0)).
+
+  Args:
+    state: `PheromoneState`.
+    prev_tools: i32[B], previous tool per rollout, START = N at step 0; values outside [0, N]
+      are clamped (not checked under jit).
+    task_emb: f32[B, D], task embedding per rollout (normalised here).
+    w: task weight in [0, 1] (config `pheromone.task_weight`; ramps up in the curriculum).
+      A Python 0 skips the bank lookup entirely.
+    kappa: > 0, confidence half-saturation in summed similarity (config `pheromone.kappa`).
+    top_k_similar: static, entries per edge used (config `pheromone.top_k_similar`).
+    tau_min, tau_max: MAX-MIN bounds (the result always lies within them).
+    dep_units: 'tau_range' or 'score', see above (static; config `pheromone.dep_units`).
+  Returns:
+    f32[B, N] fused pheromone in [tau_min, tau_max]; log of it is finite.
+  Raises:
+    AssertionError at trace time on wrong ranks or dtypes; ValueError on bad static options.
+  Notes:
+    Cost O(B C (D + log C)); the bank is replicated and the result is sharded like prev_tools.
+  """
+  chex.assert_rank([prev_tools, task_emb], [1, 2])
+  chex.assert_type([prev_tools, task_emb], [int, float])
+  chex.assert_equal_shape_prefix([prev_tools, task_emb], 1)
+  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
+  _check_bounds(tau_min, tau_max)
+  if dep_units not in DEP_UNITS:
+    raise ValueError(f"pheromone.dep_units must be one of {DEP_UNITS}, got {dep_units!r}.")
+  if int(top_k_similar) < 1:
+    raise ValueError(f"pheromone.top_k_similar must be >= 1, got {top_k_similar}.")
+  if _is_static(kappa) and kappa <= 0:
+    raise ValueError(f"pheromone.kappa must be > 0, got {kappa}.")
+  state = PheromoneState(*map(jnp.asarray, state))
+  prev_tools, task_emb = jnp.asarray(prev_tools), jnp.asarray(task_emb)
+  n = state.tau.shape[1]
+  tau_agn = take_rows(state.tau, prev_tools)
+  if _is_static(w) and w == 0:
+    return jnp.clip(tau_agn, tau_min, tau_max)
+
+  prev = jnp.clip(prev_tools.astype(jnp.int32), 0, n)
+  sim = _unit(task_emb.astype(jnp.float32)) @ state.bank_emb.T  # [B, C]
+  entry_prev = state.bank_edge // n
+  entry_next = state.bank_edge % n
+  match = state.bank_valid[None, :] & (entry_prev[None, :] == prev[:, None]) & (sim > 0)
+  cap = state.bank_edge.shape[0]
+  if int(top_k_similar) < cap:
+    match = _topk_per_next(sim, entry_next, match, num_tools=n, top_k=int(top_k_similar))
+  wsim = jnp.where(match, sim, 0.0)
+
+  def per_row(ws, ws_q):
+    seg = jax.ops.segment_sum(jnp.stack([ws, ws_q], axis=-1), entry_next, num_segments=n)
+    return seg[:, 0], seg[:, 1]
+
+  s_sum, sq_sum = jax.vmap(per_row)(wsim, wsim * state.bank_score[None, :])
+  qbar = jnp.where(s_sum > 0, sq_sum / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
+  conf = s_sum / (s_sum + kappa)
+  if dep_units == "tau_range":
+    tau_dep = tau_min + jnp.clip(qbar, 0.0, 1.0) * (tau_max - tau_min)
+  else:
+    tau_dep = jnp.clip(qbar, tau_min, tau_max)
+  wc = w * conf
+  fused = (1.0 - wc) * tau_agn + wc * tau_dep
+  return jnp.clip(fused, tau_min, tau_max)

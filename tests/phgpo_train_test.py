@@ -1,0 +1,127 @@
+"""End-to-end PhGPO training on a slice of the real TRAJECT-Bench: smoke run, resume, launcher."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import jax
+import numpy as np
+from absl.testing import absltest
+
+from configs import phgpo_traject
+from phgpo import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _smoke_config():
+  c = phgpo_traject.get_config("smoke")
+  c.encoder.cache_dir = os.path.join(tempfile.gettempdir(), "agentic_rl_test_cache")
+  c.logging.tensorboard = True
+  return c
+
+
+class PhGPOTrainTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.config = _smoke_config()
+    cls.problem = train.prepare_problem(cls.config)
+    cls.policy = train.make_policy(cls.config, cls.problem)
+    cls.compiled = train.Compiled(cls.config, cls.policy, cls.problem)
+
+  def test_problem_shapes(self):
+    p = self.problem
+    n = len(p.tool_specs)
+    self.assertEqual(p.tool_emb.shape, (n, 384))
+    self.assertEqual(p.query_emb.shape, (len(p.tasks), 384))
+    self.assertEqual(len(set(p.train_idx) & set(p.eval_idx)), 0)
+    # Gold calls are graph tools, padded with -1 after gold_len.
+    for i in range(len(p.tasks)):
+      k = p.gold_len[i]
+      self.assertTrue((p.gold_tools[i, :k] >= 0).all() and (p.gold_tools[i, :k] < n).all())
+      self.assertTrue((p.gold_tools[i, k:] == -1).all())
+
+  def test_gold_rollout_scores_one(self):
+    # Forcing every gold action replays the gold trajectory: match ratio exactly 1.
+    p = self.problem
+    task_idx = p.train_idx[:6]
+    envs = train.make_envs(self.config, p, len(task_idx))
+    params = self.policy.init(jax.random.key(0))
+    pher = train.init_pheromone(self.config, p)
+    rb = train.rollout(self.compiled, params, pher, p, envs, task_idx, jax.random.key(1), beta=0.7,
+                       w=0.5, temperature=0.7, p_tf=1.0, tf_rng=np.random.default_rng(0),
+                       reward_kind="match_ratio")
+    np.testing.assert_array_equal(rb.reward, np.ones(6, np.float32))
+    np.testing.assert_array_equal(rb.length, p.gold_len[task_idx])
+    self.assertTrue(rb.sl_mask.sum() == p.gold_len[task_idx].sum() and not rb.pg_mask.any())
+
+  def test_resume_equals_uninterrupted(self):
+    c, p, comp = self.config, self.problem, self.compiled
+    params = self.policy.init(jax.random.key(3))
+    d1, d2 = self.create_tempdir().full_path, self.create_tempdir().full_path
+    full = train.run_rl(c, p, comp, d1, seed=0, init_params=params, beta_max=0.7, w_max=0.5,
+                        progress=False)
+    train.run_rl(c, p, comp, d2, seed=0, init_params=params, beta_max=0.7, w_max=0.5, progress=False,
+                 stop_after=1)
+    resumed = train.run_rl(c, p, comp, d2, seed=0, init_params=params, beta_max=0.7, w_max=0.5,
+                           progress=False)
+    self.assertEqual(int(resumed["step"]), c.rl.steps)
+    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    rows1 = [json.loads(l) for l in open(os.path.join(d1, "metrics.jsonl"))]
+    rows2 = [json.loads(l) for l in open(os.path.join(d2, "metrics.jsonl"))]
+    self.assertEqual(rows1, rows2)
+
+  def test_pheromone_stays_in_bounds_after_training(self):
+    c, p = self.config, self.problem
+    st = train.run_rl(c, p, self.compiled, self.create_tempdir().full_path, seed=1,
+                      init_params=self.policy.init(jax.random.key(0)), beta_max=0.7, w_max=0.5,
+                      progress=False)
+    tau = np.asarray(st["pheromone"].tau)
+    self.assertGreaterEqual(tau.min(), c.pheromone.tau_min)
+    self.assertLessEqual(tau.max(), c.pheromone.tau_max)
+
+  def test_comparison_writes_table_and_artifacts(self):
+    d = self.create_tempdir().full_path
+    lines = []
+    results = train.run_comparison(self.config, d, progress=False, log=lines.append)
+    self.assertEqual(set(results[0]), {"warmup", "grpo", "phgpo"})
+    for r in results[0].values():
+      self.assertBetween(r["match_ratio"], 0.0, 1.0)
+      self.assertEqual(r["num_tasks"], len(self.problem.eval_idx))
+    table = open(os.path.join(d, "results_table.txt")).read()
+    for name in ("warm-up only", "GRPO (beta = 0)", "PhGPO"):
+      self.assertIn(name, table)
+    self.assertTrue(os.path.getsize(os.path.join(d, "learning_curves.png")) > 1000)
+    self.assertTrue(os.listdir(os.path.join(d, "seed_0", "phgpo", "tb")))
+    # Running again skips the finished runs and reproduces the table.
+    again = train.run_comparison(self.config, d, progress=False, log=lines.append)
+    self.assertEqual(again, results)
+
+
+class LauncherTest(absltest.TestCase):
+
+  def _run(self, *args):
+    env = dict(os.environ, AGENTIC_RL_CACHE=os.path.join(tempfile.gettempdir(), "agentic_rl_test_cache"))
+    return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+  def test_config_typo_fails_loudly(self):
+    out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
+                    "--config.pheromone.rhoo=0.1")
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("rhoo", out.stderr)
+
+  def test_missing_data_says_what_to_download(self):
+    out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
+                    "--data_dir=/nonexistent/traject", "--config.data.domains=NoSuchDomain")
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("NoSuchDomain", out.stderr)
+
+
+if __name__ == "__main__":
+  absltest.main()

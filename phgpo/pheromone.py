@@ -92,9 +92,9 @@ def take_rows(table: jax.Array, idx: jax.Array) -> jax.Array:
 
   Args:
     table: [R, ...] replicated table.
-    idx: i32[B] row indices (clamped into [0, R-1]).
+    idx: i32[B] (or any shape) row indices, clamped into [0, R-1].
   Returns:
-    [B, ...] rows, sharded like idx.
+    idx.shape + table.shape[1:] rows, sharded like idx.
   """
   idx = jnp.clip(idx.astype(jnp.int32), 0, table.shape[0] - 1)
   sharding = jax.typeof(idx).sharding
@@ -312,7 +312,8 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   _check_rate("pheromone.rho", rho)
   _check_rate("pheromone.arg_rho", arg_rho)
   state = PheromoneState(*map(jnp.asarray, state))
-  tools, templates, mask, scores, task_emb = map(jnp.asarray, (tools, templates, mask, scores, task_emb))
+  tools, templates, mask, scores, task_emb = map(
+      jnp.asarray, (tools, templates, mask, scores, task_emb))
   n = state.tau.shape[1]
   b, h = tools.shape
   tools = tools.astype(jnp.int32)
@@ -348,33 +349,33 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
       bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32))
 
 
-def _topk_per_next(sim: jax.Array, nxt: jax.Array, match: jax.Array, *, num_tools: int,
-                   top_k: int) -> jax.Array:
-  """bool[B, C]: matched entries among the top_k most similar of their next tool, per row."""
-  b, c = sim.shape
-  key1 = jnp.where(match, nxt[None, :], num_tools).astype(jnp.int32)
-  idx = jnp.arange(c, dtype=jnp.int32)[None, :] + jnp.zeros_like(key1)  # sharded like key1
-  s_key, _, s_idx = jax.lax.sort((key1, -sim, idx), dimension=1, num_keys=2)
-  pos = jnp.arange(c, dtype=jnp.int32)[None, :] + jnp.zeros_like(s_key)
-  new_group = jnp.concatenate([jnp.ones_like(s_key[:, :1], bool), s_key[:, 1:] != s_key[:, :-1]],
-                              axis=1)
-  start = jax.lax.cummax(jnp.where(new_group, pos, 0), axis=1)  # first slot of each group
-  rank_sorted = pos - start
-  keep_sorted = (rank_sorted < top_k) & (s_key < num_tools)
-  # Back to bank order by sorting on the original index (a sort, not a scatter: shards on B).
-  _, keep = jax.lax.sort((s_idx, keep_sorted), dimension=1, num_keys=1)
-  return keep
+def bank_similarity(state: PheromoneState, task_emb: chex.Array) -> jax.Array:
+  """Cosine similarity of each task to every bank entry: f32[B, C] = unit(task_emb) @ bank_emb^T.
+
+  Constant over a rollout (the bank changes only in `update_pheromone`), so a caller that
+  queries `pheromone_rows` at every step may compute it once and pass it as `bank_sim`.
+
+  Args:
+    state: `PheromoneState` (bank_emb holds unit vectors or zeros).
+    task_emb: f32[B, D] task embeddings (any norm).
+  Returns:
+    f32[B, C] in [-1, 1]; 0 for empty slots and zero embeddings.
+  """
+  chex.assert_rank(task_emb, 2)
+  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
+  return _unit(jnp.asarray(task_emb, jnp.float32)) @ jnp.asarray(state.bank_emb).T
 
 
 def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex.Array, *, w,
-                   kappa, top_k_similar: int, tau_min, tau_max,
-                   dep_units: str = "tau_range") -> jax.Array:
+                   kappa, top_k_similar: int, tau_min, tau_max, dep_units: str = "tau_range",
+                   max_evidence: int = 256, bank_sim: chex.Array | None = None) -> jax.Array:
   """Fused pheromone tau(prev, . | x) over all next tools, one row per rollout.
 
-  For edge (i, j) = (prev_b, j) and task x_b with unit embedding e:
-    s_c     = cos(e, e_c) for bank entries c of edge (i, j) with s_c > 0, restricted to the
-              top_k_similar most similar of them;
-    S       = sum_c s_c;   qbar = sum_c s_c q_c / S   (similarity-weighted mean score);
+  For row b with prev tool i = prev_b and task x_b (unit embedding e):
+    E_b     = the max_evidence bank entries c of edges leaving i with the highest
+              s_c = cos(e, e_c) > 0 (ties: lower slot first);
+    E_bj    = the top_k_similar most similar entries of E_b whose edge is (i, j);
+    S       = sum_{c in E_bj} s_c;   qbar = sum_{c in E_bj} s_c q_c / S  (weighted mean score);
     c_ij(x) = S / (S + kappa)                          (confidence, 0 with no evidence);
     tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default)
             | clip(qbar, tau_min, tau_max)         ('score');
@@ -384,6 +385,9 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
   confidence form is unpublished; S / (S + kappa) is the SPEC's suggestion. The SPEC gives
   tau_dep in score units; 'tau_range' maps the mean score affinely onto [tau_min, tau_max] so
   both fused terms share units (the authors' code maps it as tau0 + 0.8 qbar (tau_max - tau0)).
+  Only positive similarities count as evidence. `max_evidence` bounds the per-row work
+  (a top-k over the bank instead of a full sort); with max_evidence >= C it is exact "top
+  top_k_similar per edge" over the whole bank.
 
   Args:
     state: `PheromoneState`.
@@ -396,12 +400,15 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
     top_k_similar: static, entries per edge used (config `pheromone.top_k_similar`).
     tau_min, tau_max: MAX-MIN bounds (the result always lies within them).
     dep_units: 'tau_range' or 'score', see above (static; config `pheromone.dep_units`).
+    max_evidence: static, entries considered per row (config `pheromone.max_evidence`).
+    bank_sim: optional f32[B, C] from `bank_similarity(state, task_emb)`, to reuse across steps.
   Returns:
     f32[B, N] fused pheromone in [tau_min, tau_max]; log of it is finite.
   Raises:
     AssertionError at trace time on wrong ranks or dtypes; ValueError on bad static options.
   Notes:
-    Cost O(B C (D + log C)); the bank is replicated and the result is sharded like prev_tools.
+    Cost O(B C D) for the similarities plus O(B (C + max_evidence^2)). The bank is replicated;
+    the result is sharded like prev_tools.
   """
   chex.assert_rank([prev_tools, task_emb], [1, 2])
   chex.assert_type([prev_tools, task_emb], [int, float])
@@ -410,32 +417,47 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
   _check_bounds(tau_min, tau_max)
   if dep_units not in DEP_UNITS:
     raise ValueError(f"pheromone.dep_units must be one of {DEP_UNITS}, got {dep_units!r}.")
-  if int(top_k_similar) < 1:
-    raise ValueError(f"pheromone.top_k_similar must be >= 1, got {top_k_similar}.")
+  if int(top_k_similar) < 1 or int(max_evidence) < 1:
+    raise ValueError(f"pheromone.top_k_similar and pheromone.max_evidence must be >= 1, got "
+                     f"{top_k_similar}, {max_evidence}.")
   if _is_static(kappa) and kappa <= 0:
     raise ValueError(f"pheromone.kappa must be > 0, got {kappa}.")
   state = PheromoneState(*map(jnp.asarray, state))
-  prev_tools, task_emb = jnp.asarray(prev_tools), jnp.asarray(task_emb)
+  prev_tools = jnp.asarray(prev_tools)
   n = state.tau.shape[1]
+  cap = state.bank_edge.shape[0]
   tau_agn = take_rows(state.tau, prev_tools)
   if _is_static(w) and w == 0:
     return jnp.clip(tau_agn, tau_min, tau_max)
 
   prev = jnp.clip(prev_tools.astype(jnp.int32), 0, n)
-  sim = _unit(task_emb.astype(jnp.float32)) @ state.bank_emb.T  # [B, C]
+  sim = bank_similarity(state, task_emb) if bank_sim is None else jnp.asarray(bank_sim)
+  chex.assert_shape(sim, (prev.shape[0], cap))
   entry_prev = state.bank_edge // n
   entry_next = state.bank_edge % n
   match = state.bank_valid[None, :] & (entry_prev[None, :] == prev[:, None]) & (sim > 0)
-  cap = state.bank_edge.shape[0]
-  if int(top_k_similar) < cap:
-    match = _topk_per_next(sim, entry_next, match, num_tools=n, top_k=int(top_k_similar))
-  wsim = jnp.where(match, sim, 0.0)
+  k_ev = min(int(max_evidence), cap)
+  if k_ev == cap and int(top_k_similar) >= cap:
+    # Every matched entry counts: no selection needed.
+    wsim = jnp.where(match, sim, 0.0)
+    nxt = jnp.zeros_like(prev)[:, None] + entry_next[None, :]
+    score = jnp.zeros_like(sim) + state.bank_score[None, :]
+  else:
+    vals, slot = jax.lax.top_k(jnp.where(match, sim, -jnp.inf), k_ev)  # sorted, most similar first
+    found = vals > -jnp.inf
+    nxt = take_rows(entry_next, slot)
+    score = take_rows(state.bank_score, slot)
+    # Rank of each entry among the more similar (earlier) entries of the same edge.
+    same = (nxt[:, :, None] == nxt[:, None, :]) & found[:, None, :]
+    earlier = jnp.tril(jnp.ones((k_ev, k_ev), bool), k=-1)
+    rank = jnp.sum(same & earlier, axis=-1)
+    wsim = jnp.where(found & (rank < int(top_k_similar)), vals, 0.0)
 
-  def per_row(ws, ws_q):
-    seg = jax.ops.segment_sum(jnp.stack([ws, ws_q], axis=-1), entry_next, num_segments=n)
+  def per_row(ws, ws_q, ids):
+    seg = jax.ops.segment_sum(jnp.stack([ws, ws_q], axis=-1), ids, num_segments=n)
     return seg[:, 0], seg[:, 1]
 
-  s_sum, sq_sum = jax.vmap(per_row)(wsim, wsim * state.bank_score[None, :])
+  s_sum, sq_sum = jax.vmap(per_row)(wsim, wsim * score, nxt)
   qbar = jnp.where(s_sum > 0, sq_sum / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
   conf = s_sum / (s_sum + kappa)
   if dep_units == "tau_range":

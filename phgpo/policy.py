@@ -1,8 +1,10 @@
 """PhGPO's tool policy: state (task query plus call history) -> one logit per tool.
 
-All policies share one interface, `ToolPolicy`: `init(key) -> params` and `apply(params, batch) -> f32[B, N]`,
-with `batch` a `PolicyBatch`. The trainer never looks inside, so a language-model policy (config
-`policy.kind = 'lm'`, `common/lm/tool_policy.py`) replaces this one by config.
+All policies share one interface, `ToolPolicy`: `featurize(...)` turns host-side decision states (task index,
+calls so far, their observation status and text) into the policy's own batch pytree, `init(key) -> params`
+and `apply(params, batch) -> f32[B, N]`. The trainer never looks inside a batch, so a language-model policy
+(config `policy.kind = 'lm'`, `phgpo/lm_policy.py`, which renders the states as chat text) replaces this
+one by config.
 
 The default, `policy.kind = 'encoder_mlp'`, reads frozen all-MiniLM-L6-v2 sentence embeddings (a pretrained
 6-layer BERT, `common/encoder.py`) of the query and of every tool's "name: description", and trains a small
@@ -23,12 +25,13 @@ where count_n is how often tool n was already called (r learned: repetition is r
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Sequence
 
 import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 # Observation status codes of a history item (see phgpo/env.py StepResult.status).
 STATUS_CODES = {"ok": 0, "failed": 1, "unavailable": 2, "invalid": 3}
@@ -54,6 +57,20 @@ class PolicyBatch(NamedTuple):
 class ToolPolicy(Protocol):
   """What the PhGPO trainer needs from a policy."""
   num_tools: int
+  uses_observations: bool   # featurize reads observation texts (the trainer records them only then)
+
+  def featurize(self, task_idx: np.ndarray, history_tools: np.ndarray, history_status: np.ndarray,
+                step: np.ndarray, observations: Sequence[Sequence[str]] | None = None) -> Any:
+    """Decision states -> the policy's batch pytree (host side, outside jit).
+
+    Args:
+      task_idx: i64[B] task index (row of the problem's task list).
+      history_tools: i32[B, H] tools called so far, -1 padded; positions >= step are ignored.
+      history_status: i32[B, H] STATUS_CODES of the observations.
+      step: i32[B] calls made before the decision.
+      observations: B lists of observation texts (only when `uses_observations`).
+    """
+    ...
 
   def init(self, key: jax.Array) -> Any:
     ...
@@ -108,17 +125,29 @@ class EncoderMLPPolicy:
 
   Args:
     tool_emb: f32[N, D] frozen embeddings of each tool's "name: description".
+    query_emb: f32[num_tasks, D] frozen embeddings of the task queries (row = task index).
     hidden: width d of the scoring network (config `policy.hidden`).
     max_steps: longest history the position embedding covers (config `env.max_steps`).
   """
+  uses_observations = False
 
-  def __init__(self, tool_emb: Any, *, hidden: int = 256, max_steps: int = 20):
+  def __init__(self, tool_emb: Any, query_emb: Any, *, hidden: int = 256, max_steps: int = 20):
+    self.query_emb = np.asarray(query_emb, np.float32)
     self.tool_emb = jnp.asarray(tool_emb, jnp.float32)
     chex.assert_rank(self.tool_emb, 2)
     self.num_tools = int(self.tool_emb.shape[0])
     self.embed_dim = int(self.tool_emb.shape[1])
     self.max_steps = max_steps
     self._module = _ToolScorer(num_tools=self.num_tools, hidden=hidden, max_steps=max_steps)
+
+  def featurize(self, task_idx, history_tools, history_status, step, observations=None) -> PolicyBatch:
+    """Host-side decision states -> `PolicyBatch` (observation texts are not read)."""
+    del observations
+    return PolicyBatch(
+        query_emb=jnp.asarray(self.query_emb[np.asarray(task_idx)]),
+        history_tools=jnp.asarray(history_tools, jnp.int32),
+        history_status=jnp.asarray(history_status, jnp.int32),
+        step=jnp.asarray(step, jnp.int32))
 
   def init(self, key: jax.Array) -> Any:
     dummy = PolicyBatch(

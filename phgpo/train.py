@@ -150,11 +150,11 @@ def make_policy(config: ml_collections.ConfigDict, problem: Problem) -> policy_l
   """
   kind = config.policy.kind
   if kind == "encoder_mlp":
-    return policy_lib.EncoderMLPPolicy(problem.tool_emb, hidden=config.policy.hidden,
+    return policy_lib.EncoderMLPPolicy(problem.tool_emb, problem.query_emb, hidden=config.policy.hidden,
                                        max_steps=config.env.max_steps)
   if kind == "lm":
-    from common.lm import tool_policy  # pylint: disable=g-import-not-at-top
-    return tool_policy.make_phgpo_policy(config, problem)
+    from phgpo import lm_policy  # pylint: disable=g-import-not-at-top
+    return lm_policy.make_lm_policy(config, problem)
   raise ValueError(f"unknown policy.kind {kind!r}; valid: 'encoder_mlp', 'lm'")
 
 
@@ -174,8 +174,14 @@ def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_
   return state
 
 
-def make_optimizer(learning_rate: float, grad_clip: float) -> optax.GradientTransformation:
-  return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(learning_rate))
+def make_optimizer(learning_rate: float, grad_clip: float, policy=None) -> optax.GradientTransformation:
+  """Adam with global-norm clipping; only the policy's trainable leaves (e.g. LoRA adapters) move when the
+  policy defines `trainable_mask(params)`."""
+  tx = optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(learning_rate))
+  if policy is not None and hasattr(policy, "trainable_mask"):
+    labels = lambda params: jax.tree.map(lambda m: "train" if m else "freeze", policy.trainable_mask(params))
+    tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
+  return tx
 
 
 def init_state(config, policy, problem, *, seed: int, learning_rate: float, params=None) -> dict:
@@ -184,7 +190,7 @@ def init_state(config, policy, problem, *, seed: int, learning_rate: float, para
   key, init_key = jax.random.split(key)
   if params is None:
     params = policy.init(init_key)
-  opt = make_optimizer(learning_rate, config.optim.grad_clip)
+  opt = make_optimizer(learning_rate, config.optim.grad_clip, policy)
   return {
       "params": params,
       "opt_state": opt.init(params),
@@ -209,17 +215,12 @@ class Compiled:
     self.template_mask = jnp.asarray(problem.graph.template_mask)
     pc, rc = config.pheromone, config.rl
 
-    def decide(params, pher, batch, task_emb, key, beta, w, temperature):
+    def decide(params, pher, batch, prev, task_emb, bank_sim, key, beta, w, temperature):
       logits = policy.apply(params, batch)
       logp_all = jax.nn.log_softmax(logits, axis=-1)
-      hsize = batch.history_tools.shape[1]
-      last = jnp.clip(batch.step - 1, 0, hsize - 1)
-      prev = jnp.take_along_axis(batch.history_tools, last[:, None], axis=1)[:, 0]
-      prev = jnp.where(batch.step > 0, prev, self.start)
-      prev = jnp.where(prev < 0, self.start, prev)
       rows = pher_lib.pheromone_rows(pher, prev, task_emb, w=w, kappa=pc.kappa,
                                      top_k_similar=pc.top_k_similar, tau_min=pc.tau_min,
-                                     tau_max=pc.tau_max)
+                                     tau_max=pc.tau_max, bank_sim=bank_sim)
       k_tool, k_tmpl = jax.random.split(key)
       tools, has = sampling_lib.sample_tools(k_tool, logits, jnp.log(rows), top_k=config.sampling.top_k,
                                              temperature=temperature, beta=beta)
@@ -228,20 +229,14 @@ class Compiled:
       return tools, templates, logp, has
 
     self.decide = jax.jit(decide)
-    self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip)
-    self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip)
+    self.bank_similarity = jax.jit(pher_lib.bank_similarity)
+    self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip, policy)
+    self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip, policy)
 
-    def flat_batch(query_emb, hist_tools, hist_status):
-      b, h = hist_tools.shape
-      rep = lambda x: jnp.repeat(x[:, None], h, axis=1).reshape((b * h,) + x.shape[1:])
-      return policy_lib.PolicyBatch(
-          query_emb=rep(query_emb), history_tools=rep(hist_tools), history_status=rep(hist_status),
-          step=jnp.tile(jnp.arange(h, dtype=jnp.int32), b))
-
-    def rl_loss(params, query_emb, hist_tools, hist_status, actions, logp_old, adv, pg_mask, sl_mask,
-                ref_logp, sl_weight, kl_coef):
+    def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_weight,
+                kl_coef):
       b, h = actions.shape
-      logits = policy.apply(params, flat_batch(query_emb, hist_tools, hist_status))
+      logits = policy.apply(params, flat_batch)
       logp_all = jax.nn.log_softmax(logits, axis=-1)
       logp = jnp.take_along_axis(logp_all, jnp.maximum(actions, 0).reshape(-1, 1), axis=1).reshape(b, h)
       pg, m = losses.clipped_surrogate_loss(
@@ -260,14 +255,14 @@ class Compiled:
     def rl_update(params, opt_state, *args):
       (_, aux), grads = jax.value_and_grad(rl_loss, has_aux=True)(params, *args)
       updates, opt_state = self.optimizer.update(grads, opt_state, params)
-      aux["grad_norm"] = optax.global_norm(grads)
+      aux["grad_norm"] = optax.tree.norm(grads)
       return optax.apply_updates(params, updates), opt_state, aux
 
     self.rl_update = jax.jit(rl_update)
 
-    def logp_of(params, query_emb, hist_tools, hist_status, actions):
+    def logp_of(params, flat_batch, actions):
       b, h = actions.shape
-      logits = policy.apply(params, flat_batch(query_emb, hist_tools, hist_status))
+      logits = policy.apply(params, flat_batch)
       logp_all = jax.nn.log_softmax(logits, axis=-1)
       return jnp.take_along_axis(logp_all, jnp.maximum(actions, 0).reshape(-1, 1), axis=1).reshape(b, h)
 
@@ -304,9 +299,10 @@ class RolloutBatch:
   """Host-side record of B trajectories (all i32/f32/bool [B, H] unless noted).
 
   tools/templates: executed calls (-1 after the end); status: STATUS_CODES of each observation;
-  logp_old: log pi_theta(tool) at sampling time; pg_mask: decisions sampled from the policy;
-  sl_mask: teacher-forced decisions; length: i32[B] calls made; task: i64[B] task index;
-  reward: f32[B]; end_reason: list[str] ('horizon', 'done', 'no_candidate', 'env_error').
+  logp_old: log pi_theta(tool) at sampling time (temperature 1, all tools); pg_mask: decisions sampled
+  from the policy; sl_mask: teacher-forced decisions; length: i32[B] calls made; task: i64[B] task
+  index; reward: f32[B]; end_reason: list[str] ('horizon', 'done', 'no_candidate', 'env_error');
+  observations: B lists of observation texts (recorded only for policies that read them).
   """
   tools: np.ndarray
   templates: np.ndarray
@@ -318,6 +314,19 @@ class RolloutBatch:
   task: np.ndarray
   reward: np.ndarray
   end_reason: list
+  observations: list
+
+
+def decision_batch(policy, task_idx: np.ndarray, tools: np.ndarray, status: np.ndarray,
+                   observations: list | None):
+  """All H decisions of B trajectories as one flat batch of B * H states (row b * H + t = step t of b)."""
+  b, h = tools.shape
+  rep = lambda x: np.repeat(x, h, axis=0)
+  obs = None
+  if observations is not None:
+    obs = [o for o in observations for _ in range(h)]
+  return policy.featurize(rep(task_idx), rep(tools), rep(status), np.tile(np.arange(h, dtype=np.int32), b),
+                          obs)
 
 
 def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[env_lib.ToolEnv],
@@ -328,6 +337,7 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
   The episode of task x lasts gold_len(x) calls (env.horizon = 'gold'), or stops early when the policy
   has no valid candidate or the environment reports done or an error.
   """
+  policy = compiled.policy
   b = len(task_idx)
   h = problem.gold_tools.shape[1]
   names = problem.graph.tool_names
@@ -340,8 +350,10 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
   length = np.zeros((b,), np.int32)
   active = np.ones((b,), bool)
   end_reason = ["horizon"] * b
+  observations = [[] for _ in range(b)] if policy.uses_observations else None
   horizon = problem.gold_len[task_idx]
-  query_emb = jnp.asarray(problem.query_emb[task_idx])
+  task_emb = jnp.asarray(problem.query_emb[task_idx])
+  bank_sim = compiled.bank_similarity(pher, task_emb)   # the task is fixed for the whole episode
   for i, env in enumerate(envs[:b]):
     env.reset(problem.tasks[task_idx[i]].task_id, seed=int(tf_rng.integers(1 << 30)))
   for t in range(int(horizon.max())):
@@ -349,10 +361,12 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
     if not active.any():
       break
     key, sub = jax.random.split(key)
-    batch = policy_lib.PolicyBatch(query_emb, jnp.asarray(tools), jnp.asarray(status),
-                                   jnp.full((b,), t, jnp.int32))
-    a, tm, lp, has = jax.device_get(compiled.decide(params, pher, batch, query_emb, sub,
-                                                    beta, w, temperature))
+    step = np.full((b,), t, np.int32)
+    batch = policy.featurize(task_idx, tools, status, step, observations)
+    prev = tools[:, t - 1] if t > 0 else np.full((b,), compiled.start, np.int32)
+    prev = np.where(prev < 0, compiled.start, prev).astype(np.int32)
+    a, tm, lp, has = jax.device_get(compiled.decide(params, pher, batch, jnp.asarray(prev), task_emb,
+                                                    bank_sim, sub, beta, w, temperature))
     forced = tf_rng.random(b) < p_tf
     for i in np.nonzero(active)[0]:
       gold = problem.gold_tools[task_idx[i], t]
@@ -377,6 +391,8 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
         continue
       tools[i, t], templates[i, t], logp_old[i, t] = tool, tmpl, lp[i]
       status[i, t] = _status_code(res.status)
+      if observations is not None:
+        observations[i].append(res.observation)
       length[i] = t + 1
       if res.done and t + 1 < horizon[i]:
         active[i] = False
@@ -384,7 +400,7 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
   reward = score_trajectories(tools, length, problem.gold_tools[task_idx], problem.gold_len[task_idx],
                               kind=reward_kind, horizon=h)
   return RolloutBatch(tools, templates, status, logp_old, pg_mask, sl_mask, length,
-                      np.asarray(task_idx), reward, end_reason)
+                      np.asarray(task_idx), reward, end_reason, observations)
 
 
 def score_trajectories(tools, length, gold, gold_len, *, kind: str, horizon: int) -> np.ndarray:
@@ -481,9 +497,10 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
     rng = np.random.default_rng([seed, 1, step])
     sel = pairs[rng.choice(len(pairs), size=bs, replace=False)]
     ti, ts = sel[:, 0], sel[:, 1]
-    batch = policy_lib.PolicyBatch(
-        jnp.asarray(problem.query_emb[ti]), jnp.asarray(problem.gold_tools[ti]),
-        jnp.asarray(problem.gold_status[ti]), jnp.asarray(ts.astype(np.int32)))
+    obs = ([[c.output for c in problem.tasks[i].calls] for i in ti]
+           if compiled.policy.uses_observations else None)
+    batch = compiled.policy.featurize(ti, problem.gold_tools[ti], problem.gold_status[ti],
+                                      ts.astype(np.int32), obs)
     labels = jnp.asarray(problem.gold_tools[ti, ts])
     params, opt_state, aux = compiled.sl_update(state["params"], state["opt_state"], batch, labels,
                                                 jnp.ones((bs,), bool))
@@ -547,9 +564,10 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
         rc.advantage.estimator, jnp.asarray(rb.reward), jnp.asarray(group_ids), num_groups=len(tasks),
         eps=rc.advantage.eps, ddof=rc.advantage.ddof)
     q_emb = jnp.asarray(problem.query_emb[task_idx])
-    args = (q_emb, jnp.asarray(rb.tools), jnp.asarray(rb.status), jnp.asarray(rb.tools),
-            jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask), jnp.asarray(rb.sl_mask))
-    ref_logp = (compiled.logp_of(ref_params, q_emb, args[1], args[2], args[3]) if rc.kl_coef > 0
+    flat = decision_batch(compiled.policy, task_idx, rb.tools, rb.status, rb.observations)
+    args = (flat, jnp.asarray(rb.tools), jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask),
+            jnp.asarray(rb.sl_mask))
+    ref_logp = (compiled.logp_of(ref_params, flat, args[1]) if rc.kl_coef > 0
                 else jnp.asarray(rb.logp_old))
     params, opt_state = state["params"], state["opt_state"]
     for _ in range(rc.epochs):

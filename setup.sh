@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-APT_PKGS="python3-venv"
+# bubblewrap: the environment sandbox; default-jre-headless: ScienceWorld's simulator (Java);
+# git: the git tasks served by mcp-server-git.
+APT_PKGS="python3-venv bubblewrap default-jre-headless git"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

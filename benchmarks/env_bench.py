@@ -42,11 +42,11 @@ def _scienceworld(quick: bool):
     return [{"name": "action", "arguments": {"action": a}}
             for a in worker.query("gold_actions", task_id=task)]
 
-  return spec, tasks, gold
+  return spec, tasks, gold, None
 
 
 def _replay(quick: bool):
-  from common.envs.replay_env import replay_env_spec
+  from common.envs.replay_env import match_reward, replay_env_spec
   spec = replay_env_spec(domains=["Finance"], max_steps=20)
   n = 8 if quick else 24
 
@@ -56,10 +56,11 @@ def _replay(quick: bool):
   def gold(worker, task):
     return worker.query("gold_calls", task_id=task)
 
-  return spec, tasks, gold
+  return spec, tasks, gold, match_reward
 
 
-def _one(spec, tasks_fn, gold_fn, *, in_process: bool, workers: int, group_size: int) -> dict:
+def _one(spec, tasks_fn, gold_fn, reward_fn, *, in_process: bool, workers: int,
+         group_size: int) -> dict:
   t0 = time.monotonic()
   pool = WorkerPool(spec, workers, in_process=in_process, step_timeout_s=300)
   start_s = time.monotonic() - t0
@@ -76,7 +77,8 @@ def _one(spec, tasks_fn, gold_fn, *, in_process: bool, workers: int, group_size:
     driver = RolloutDriver(pool, ScriptedPolicy(script, tok), tok,
                            config=RolloutConfig(group_size=group_size, max_turns=200,
                                                 step_timeout_s=300, max_context_tokens=10**7,
-                                                max_observation_chars=4000))
+                                                max_observation_chars=4000),
+                           **({"reward_fn": reward_fn} if reward_fn else {}))
     trajs = driver.run(tasks)
     st = driver.stats
     errors = sum(t.termination == "env_error" for t in trajs)
@@ -94,7 +96,7 @@ def run(quick: bool = False) -> dict:
   group = 1 if quick else 2
   for name, make in envs.items():
     try:
-      spec, tasks_fn, gold_fn = make(quick)
+      spec, tasks_fn, gold_fn, reward_fn = make(quick)
     except FileNotFoundError as e:  # replay data missing
       out[name] = {"skipped": str(e).splitlines()[0]}
       continue
@@ -102,7 +104,7 @@ def run(quick: bool = False) -> dict:
     for mode in ("sandboxed", "in-process"):
       res[mode] = {}
       for w in WORKERS:
-        res[mode][w] = _one(spec, tasks_fn, gold_fn, in_process=mode == "in-process", workers=w,
+        res[mode][w] = _one(spec, tasks_fn, gold_fn, reward_fn, in_process=mode == "in-process", workers=w,
                             group_size=group)
         r = res[mode][w]
         print(f"{name:13s} {mode:10s} W={w}  step {r['step_ms']:8.2f} ms  {r['eps']:7.2f} episodes/s  "

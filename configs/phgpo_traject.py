@@ -5,6 +5,8 @@ Run (the README's main job):
 
 CPU-sized variant used by the tests (a few tasks, 1 seed, a handful of steps):
   python -m experiments.train --config=configs/phgpo_traject.py:smoke --workdir=/tmp/phgpo_smoke
+The same with the language-model policy on a tiny random Qwen2 checkpoint written locally:
+  python -m experiments.train --config=configs/phgpo_traject.py:smoke_lm --workdir=/tmp/phgpo_smoke_lm
 
 Overrides: --config.pheromone.rho=0.05 --config.seeds=0,1 ... (a mistyped key fails: the config is locked).
 Published defaults (SPEC.md, PhGPO): K = 20, T = 0.7, beta_max = 0.7, M = 5, at most 20 steps.
@@ -22,7 +24,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0)
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
   c.graph = dict(edges="observed", max_templates=8)
-  c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256)
+  c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256, lora_rank=64,
+                  lora_alpha=128.0)
   c.env = dict(max_steps=20, horizon="gold")
 
   c.optim = dict(grad_clip=1.0)
@@ -41,7 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.checkpoint = dict(every=25, max_to_keep=2)
   c.logging = dict(every=5, tensorboard=True)
 
-  if arg == "smoke":
+  if arg in ("smoke", "smoke_lm"):
     c.seeds = (0,)
     c.data.max_tasks = 120
     c.encoder.max_length = 32
@@ -53,6 +56,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.curriculum.steps = 2
     c.checkpoint.every = 2
     c.logging.every = 1
-  elif arg not in (None, ""):
-    raise ValueError(f"unknown config variant {arg!r}; valid: '' (full), 'smoke'")
+  if arg == "smoke_lm":
+    # The language-model policy on a tiny random Qwen2 checkpoint written locally (no download).
+    c.policy.kind = "lm"
+    c.policy.lm_checkpoint = "tiny:qwen2"
+    c.policy.lm_max_length = 128
+    c.policy.lora_rank = 4
+    c.policy.lora_alpha = 8.0
+    c.data.max_tasks = 40
+    c.rl.tasks_per_step = 2
+    c.warmup.batch_size = 8
+  elif arg not in (None, "", "smoke"):
+    raise ValueError(f"unknown config variant {arg!r}; valid: '' (full), 'smoke', 'smoke_lm'")
   return c

@@ -5,6 +5,7 @@ answer exactly as the same environment called in-process.
 """
 
 import json
+import os
 import shutil
 
 import psutil
@@ -59,6 +60,22 @@ class EnvClientTest(absltest.TestCase):
       self.assertEqual(c.query("pid"), 2)     # its own PID namespace: bwrap is 1
       c.reset("t", 0)
       self.assertEqual(c.step({"name": "echo", "arguments": {"text": "ok"}}).observation, "ok")
+      with self.assertRaisesRegex(EnvError, "has no clone"):
+        c.slot(1).reset("t")
+    self.assertEqual(psutil.Process().children(recursive=True), [])
+
+
+class UnsandboxedControlTest(absltest.TestCase):
+  """Control for the sandbox checks: without the sandbox the same probe does read host files."""
+
+  def test_without_sandbox_host_files_are_readable(self):
+    from common.sandbox import SandboxConfig
+    setup = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.sh")
+    with EnvClient(PROBE, sandbox=SandboxConfig(enabled=False)) as c:
+      self.assertEqual(c.limits, "no sandbox")
+      c.reset("t")
+      self.assertEqual(c.step({"name": "read_file", "arguments": {"path": setup}}).status, "ok")
+      self.assertGreater(c.query("pid"), 2)   # no PID namespace
     self.assertEqual(psutil.Process().children(recursive=True), [])
 
 
@@ -91,6 +108,20 @@ class ReplayEnvServedTest(absltest.TestCase):
         if a.done:
           break
 
+  def test_slots_serve_concurrent_trajectories_from_one_process(self):
+    from common.envs.replay_env import make_replay_env
+    remote = self.pool.workers[1]
+    ids = remote.query("task_list")[:3]
+    slots = [remote.slot(k) for k in range(3)]
+    local = [make_replay_env(**self.spec.kwargs) for _ in range(3)]
+    for s, l, tid in zip(slots, local, ids):
+      self.assertEqual(s.reset(tid, 0), l.reset(tid, 0))
+    gold = {tid: remote.query("gold_calls", task_id=tid) for tid in ids}
+    for t in range(2):   # interleaved: slot 0 step t, slot 1 step t, ...
+      for s, l, tid in zip(slots, local, ids):
+        if t < len(gold[tid]):
+          self.assertEqual(tuple(s.step(gold[tid][t])), tuple(l.step(gold[tid][t])))
+
   def test_gold_policy_through_driver(self):
     ids = self.pool.workers[0].query("task_list")[:4]
     gold = {t: self.pool.workers[0].query("gold_calls", task_id=t) for t in ids}
@@ -100,7 +131,8 @@ class ReplayEnvServedTest(absltest.TestCase):
       return json.dumps(calls[req.turn]) if req.turn < len(calls) else "final answer"
 
     tok = ByteTokenizer()
-    d = RolloutDriver(self.pool, ScriptedPolicy(script, tok), tok,
+    from common.envs.replay_env import match_reward
+    d = RolloutDriver(self.pool, ScriptedPolicy(script, tok), tok, reward_fn=match_reward,
                       config=RolloutConfig(group_size=2, max_turns=12, max_context_tokens=1_000_000,
                                            max_observation_chars=100_000))
     trajs = d.run(ids)
@@ -110,6 +142,7 @@ class ReplayEnvServedTest(absltest.TestCase):
       self.assertEqual([x.call["name"] for x in t.turns], [c["name"] for c in gold[t.task_id]])
       self.assertTrue(all(x.info["arguments_match"] for x in t.turns))
       self.assertIn(t.turns[0].status, ("ok", "failed"))
+      self.assertEqual(t.reward, 1.0)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def np_update(state, tools, templates, mask, scores, emb, *, rho, alpha, tau_min
 
 
 def np_rows(state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, tau_max,
-            dep_units="tau_range"):
+            dep_units="tau_range", max_evidence=256):
   tau = np.asarray(state.tau, np.float64)
   n = tau.shape[1]
   bank_emb = np.asarray(state.bank_emb, np.float64)
@@ -65,18 +65,22 @@ def np_rows(state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, tau_max
   for b, prev in enumerate(prev_tools):
     e = np.asarray(emb[b], np.float64)
     e = e / max(np.linalg.norm(e), 1e-12)
+    evidence = []  # entries of edges leaving prev, most similar first
+    for c in range(bank_emb.shape[0]):
+      s = float(bank_emb[c] @ e)
+      if state.bank_valid[c] and int(state.bank_edge[c]) // n == prev and s > 0:
+        evidence.append((-s, c))
+    evidence = sorted(evidence)[:max_evidence]
     for j in range(n):
-      entries = []
-      for c in range(bank_emb.shape[0]):
-        s = float(bank_emb[c] @ e)
-        if state.bank_valid[c] and int(state.bank_edge[c]) == prev * n + j and s > 0:
-          entries.append((-s, c))
-      entries.sort()
+      entries = [(s, c) for s, c in evidence if int(state.bank_edge[c]) % n == j]
       entries = entries[:top_k_similar]
       s_sum = sum(-s for s, _ in entries)
       q = sum(-s * float(state.bank_score[c]) for s, c in entries) / s_sum if s_sum > 0 else 0.0
       conf = s_sum / (s_sum + kappa)
-      dep = tau_min + q * (tau_max - tau_min) if dep_units == "tau_range" else min(max(q, tau_min), tau_max)
+      if dep_units == "tau_range":
+        dep = tau_min + q * (tau_max - tau_min)
+      else:
+        dep = min(max(q, tau_min), tau_max)
       fused = (1 - w * conf) * tau[prev, j] + w * conf * dep
       out[b, j] = min(max(fused, tau_min), tau_max)
   return out
@@ -253,15 +257,16 @@ class RowsTest(parameterized.TestCase):
     return UPDATE(state, *map(jnp.asarray, batch))
 
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters((2, "tau_range", 0.3), (64, "score", 1.0), (3, "score", 0.6))
-  def test_rows_match_numpy(self, top_k_similar, dep_units, w):
+  @parameterized.parameters((2, "tau_range", 0.3, 256), (64, "score", 1.0, 64),
+                            (3, "score", 0.6, 256), (2, "tau_range", 1.0, 5))
+  def test_rows_match_numpy(self, top_k_similar, dep_units, w, max_evidence):
     rng = np.random.default_rng(4)
     n, d = 5, 6
     state = self._filled_state(rng, n, d)
     prev = np.array([n, 0, 1, 3, 0], np.int32)
     emb = rng.normal(size=(5, d)).astype(np.float32)
     kw = dict(w=w, kappa=0.7, top_k_similar=top_k_similar, tau_min=HP["tau_min"],
-              tau_max=HP["tau_max"], dep_units=dep_units)
+              tau_max=HP["tau_max"], dep_units=dep_units, max_evidence=max_evidence)
     got = self.variant(functools.partial(ph.pheromone_rows, **kw))(state, prev, emb)
     np.testing.assert_allclose(got, np_rows(state, prev, emb, **kw), **TOL)
     self.assertGreater(np.abs(np.asarray(got) - np.asarray(state.tau)[prev]).max(), 1e-3)
@@ -291,6 +296,12 @@ class RowsTest(parameterized.TestCase):
     rows = ph.pheromone_rows(state, jnp.array([3]), jnp.array([[3.0, 4.0]]), w=1.0, kappa=1.0,
                              top_k_similar=8, tau_min=0.5, tau_max=2.0)
     np.testing.assert_allclose(rows, [[1.0, 1.5, 1.0]], **TOL)
+    emb = jnp.array([[3.0, 4.0]])
+    sim = ph.bank_similarity(state, emb)
+    np.testing.assert_allclose(sim, [[1.0, 0.0, 0.0, 0.0]], **TOL)
+    again = ph.pheromone_rows(state, jnp.array([3]), emb, w=1.0, kappa=1.0, top_k_similar=8,
+                              tau_min=0.5, tau_max=2.0, bank_sim=sim)
+    np.testing.assert_array_equal(again, rows)
 
   def test_bad_options_fail_loudly(self):
     state = init()

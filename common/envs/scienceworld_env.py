@@ -1,0 +1,204 @@
+"""ScienceWorld as a tool environment (ToolEnv surface), for serving from a sandboxed process.
+
+ScienceWorld (Wang et al. 2022, "ScienceWorld: Is your Agent Smarter than a 5th Grader?",
+arXiv:2203.07540; PyPI `scienceworld` 1.2.3, which bundles the Scala simulator as a jar run by a
+Java runtime: Debian package `default-jre-headless`, i.e. OpenJDK 17 on bookworm) has 30 tasks, each
+with numbered variations split into train/dev/test by the simulator itself.
+
+Task ids: '<task name>/<variation>', e.g. 'boil/0' or 'find-animal/12' (a task number such as
+'1-1' or the paper's name is accepted before the slash too).
+
+Tools:
+  action {action: str}   one simulator command ("open door to kitchen", "focus on red box",
+                         "wait1"...); the observation is the simulator's answer.
+  valid_actions {}       the action strings valid now (a free action: no simulated time passes).
+Step info: score (0-100, the simulator's), score_delta, reward = max(score, 0) / 100 (the outcome
+reward in [0, 1]), moves, completed; `valid` (the valid-action list) only with
+include_valid_actions=True (it costs ~50-100 ms per step, so it is off by default).
+Done when the simulator says the task is completed or failed (score < 0), or after
+`env_step_limit` moves.
+
+Query methods (EnvClient.query): task_names(), variations(task, split), task_ids(split, tasks),
+gold_actions(task_id), valid_actions().
+
+The seed is recorded but unused: a ScienceWorld variation is deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from common.env_client import StepResult
+
+SPLITS = ("train", "dev", "test")
+
+
+class ScienceWorldToolEnv:
+  """See the module docstring.
+
+  Args:
+    simplifications: ScienceWorld simplification string ('' for none, 'easy' for all, or a comma
+      list such as 'openDoors,selfWateringFlowerPots').
+    env_step_limit: moves before the episode ends.
+    include_valid_actions: add the valid-action list to every step's info.
+    jvm_heap_mb: Java heap cap (-Xmx) so that the JVM stays inside the sandbox's memory limit.
+  """
+
+  QUERY_METHODS = ("task_names", "variations", "task_ids", "gold_actions", "valid_actions")
+
+  def __init__(self, *, simplifications: str = "", env_step_limit: int = 100,
+               include_valid_actions: bool = False, jvm_heap_mb: int = 1024):
+    os.environ["JAVA_TOOL_OPTIONS"] = (os.environ.get("JAVA_TOOL_OPTIONS", "")
+                                       + f" -Xmx{int(jvm_heap_mb)}m -XX:+UseSerialGC").strip()
+    from scienceworld import ScienceWorldEnv
+    from scienceworld.utils import infer_task
+    self._infer = infer_task
+    self._sw = ScienceWorldEnv("", envStepLimit=env_step_limit)
+    self._server = self._sw.server
+    self.simplifications = simplifications
+    self.env_step_limit = env_step_limit
+    self.include_valid_actions = include_valid_actions
+    self._names = list(self._server.getTaskNames())
+    self._loaded: tuple[str, int, bool] | None = None   # (task, variation, with gold path)
+    self._fresh = False
+    self._task_id: str | None = None
+    self._last_score = 0
+    self._done = True
+    self._splits: dict[str, dict[str, list[int]]] = {}
+
+  # --- ToolEnv surface ---------------------------------------------------------------------
+
+  def tools(self) -> list[dict[str, Any]]:
+    return [
+        {"name": "action",
+         "description": ("Perform one ScienceWorld action, e.g. 'look around', 'open door to kitchen', "
+                         "'pick up thermometer', 'focus on substance in pot', 'wait1'. Call "
+                         "valid_actions to see what is possible now."),
+         "inputSchema": {"type": "object", "properties": {"action": {"type": "string"}},
+                         "required": ["action"]}},
+        {"name": "valid_actions",
+         "description": "List the actions that are valid in the current state (takes no time).",
+         "inputSchema": {"type": "object", "properties": {}}},
+    ]
+
+  def reset(self, task_id: str, seed: int = 0) -> str:
+    task, var = self._parse(task_id)
+    if self._loaded is not None and self._loaded[:2] == (task, var) and self._fresh:
+      pass  # freshly loaded (e.g. by gold_actions): the world is at its start
+    elif self._loaded is not None and self._loaded[:2] == (task, var):
+      self._server.reset()
+    else:
+      self._load(task, var, gold=False)
+    self._fresh = False
+    self._task_id = f"{task}/{var}"
+    self._last_score = 0
+    self._done = False
+    desc = self._server.freeActionTaskDesc()
+    look = self._server.freeActionLook()
+    return f"{desc.strip()}\n\n{look.strip()}"
+
+  def step(self, call) -> StepResult:
+    if self._task_id is None:
+      raise RuntimeError("step() before reset(task_id, seed)")
+    name = call.get("name") if isinstance(call, dict) else None
+    args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
+    info: dict[str, Any] = {"task_id": self._task_id, "score": self._last_score,
+                            "reward": max(self._last_score, 0) / 100.0, "score_delta": 0,
+                            "moves": int(self._server.getNumMoves()), "completed": False}
+    if name == "valid_actions":
+      acts = self.valid_actions()
+      return StepResult("\n".join(acts), "ok", False, info)
+    if name != "action":
+      return StepResult(f"Error: unknown tool {name!r}; the tools are 'action' {{\"action\": <command>}} "
+                        "and 'valid_actions' {}.", "invalid", False, info)
+    action = args.get("action")
+    if not isinstance(action, str) or not action.strip():
+      return StepResult("Error: 'action' needs a non-empty string argument 'action', e.g. "
+                        "{\"name\": \"action\", \"arguments\": {\"action\": \"look around\"}}.",
+                        "invalid", False, info)
+    if self._done:
+      raise RuntimeError(f"episode of {self._task_id} is over; call reset()")
+    self._fresh = False
+    obs = self._server.step(action.strip())
+    score = int(round(100 * self._server.getScore()))
+    completed = bool(self._server.getCompleted())
+    moves = int(self._server.getNumMoves())
+    done = completed or score < 0 or moves >= self.env_step_limit
+    info.update(score=score, reward=max(score, 0) / 100.0, score_delta=score - self._last_score,
+                moves=moves, completed=completed)
+    if self.include_valid_actions:
+      info["valid"] = self.valid_actions()
+    self._last_score = score
+    self._done = done
+    status = "invalid" if obs.startswith("No known action") else "ok"
+    return StepResult(obs, status, done, info)
+
+  def close(self) -> None:
+    try:
+      self._sw.close()
+    except Exception:
+      pass
+
+  # --- queries -----------------------------------------------------------------------------
+
+  def task_names(self) -> list[str]:
+    return list(self._names)
+
+  def variations(self, task: str, split: str = "train") -> list[int]:
+    """The simulator's own variation split for `task` ('train', 'dev' or 'test')."""
+    if split not in SPLITS:
+      raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    name = self._name(task)
+    if name not in self._splits:
+      keep = self._loaded
+      self._load(name, 0, gold=False)
+      self._splits[name] = {"train": list(self._server.getVariationsTrain()),
+                            "dev": list(self._server.getVariationsDev()),
+                            "test": list(self._server.getVariationsTest())}
+      if keep is not None and keep[:2] != (name, 0):
+        self._loaded = None  # the current episode's world was replaced; next reset reloads
+    return list(self._splits[name][split])
+
+  def task_ids(self, split: str = "train", tasks: list[str] | None = None) -> list[str]:
+    """'<task>/<variation>' for every variation of `tasks` (default all 30) in `split`."""
+    names = [self._name(t) for t in tasks] if tasks else self._names
+    return [f"{n}/{v}" for n in names for v in self.variations(n, split)]
+
+  def gold_actions(self, task_id: str) -> list[str]:
+    """The simulator's gold action sequence for the task (loads it afresh, with the gold path)."""
+    task, var = self._parse(task_id)
+    self._load(task, var, gold=True)
+    self._fresh = True
+    self._task_id = None
+    return [str(a) for a in self._server.getGoldActionSequence()]
+
+  def valid_actions(self) -> list[str]:
+    return [str(a) for a in self._server.getValidActionObjectCombinations()]
+
+  # --- internals ---------------------------------------------------------------------------
+
+  def _name(self, task: str) -> str:
+    name = self._infer(str(task))
+    if name not in self._names:
+      raise ValueError(f"unknown ScienceWorld task {task!r}; tasks are {self._names}")
+    return name
+
+  def _parse(self, task_id: str) -> tuple[str, int]:
+    if "/" not in str(task_id):
+      raise ValueError(f"ScienceWorld task ids look like 'boil/0' (<task>/<variation>), got {task_id!r}")
+    task, var = str(task_id).rsplit("/", 1)
+    name = self._name(task)
+    try:
+      v = int(var)
+    except ValueError:
+      raise ValueError(f"variation in {task_id!r} must be an integer") from None
+    n = int(self._server.getTaskMaxVariations(name))
+    if not 0 <= v < n:
+      raise ValueError(f"task {name!r} has variations 0..{n - 1}, got {v}")
+    return name, v
+
+  def _load(self, task: str, var: int, *, gold: bool) -> None:
+    self._server.load(task, var, self.simplifications, gold)
+    self._loaded = (task, var, gold)
+    self._fresh = True

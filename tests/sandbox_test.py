@@ -1,0 +1,290 @@
+"""Tests for common/sandbox.py: what an environment process can and cannot do, through the driver.
+
+The probe environment (common/envs/probe_env.py) runs in a sandboxed worker and tries the network,
+writes and reads outside its workspace, a fork bomb and a 3 GiB allocation; every attempt must fail
+(or be killed) while the driver records the episode and carries on.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import psutil
+from absl.testing import absltest
+
+from common import sandbox as sb
+from common.env_client import EnvClient, EnvSpec
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.trajectory import ByteTokenizer
+
+PROBE = EnvSpec("common.envs.probe_env:ProbeEnv", {"max_steps": 30}, start_timeout_s=60)
+HAVE_BWRAP = shutil.which("bwrap") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Paths that must not be writable / readable from inside.
+WRITE_TARGETS = ["/x", "/etc/x", "/usr/x", os.path.join(ROOT, "x"), os.path.join(ROOT, "common", "x"),
+                 sys.prefix + "/x", "/root/x"]
+READ_TARGETS = ["/etc/shadow", "/etc/passwd", os.path.join(ROOT, "setup.sh"),
+                os.path.join(os.path.dirname(ROOT), "shared", "SPEC.md"), "/root/.bashrc"]
+MARKER = "AGENTRL_HOST_ONLY_MARKER"
+
+
+def _call(name, **arguments):
+  return json.dumps({"name": name, "arguments": arguments})
+
+
+def _descendants():
+  return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+          and p.status() != psutil.STATUS_ZOMBIE]
+
+
+class FakeCgroupDetectionTest(absltest.TestCase):
+  """detect_cgroup on fake hierarchies: v2 first, then v1, then rlimit; the reasons are kept."""
+
+  def setUp(self):
+    self.root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, self.root)
+
+  def _mk(self, rel, files):
+    d = os.path.join(self.root, rel)
+    os.makedirs(d, exist_ok=True)
+    for k, v in files.items():
+      with open(os.path.join(d, k), "w") as f:
+        f.write(v)
+    return d
+
+  def test_v2_with_controllers_is_chosen(self):
+    self._mk("v2/me", {"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": ""})
+    roots = sb.CgroupRoots(os.path.join(self.root, "v2"), None, None, self_v2_path="/me")
+    det = sb.detect_cgroup("auto", roots)
+    self.assertEqual(det.mode, "v2")
+    with open(os.path.join(self.root, "v2/me/cgroup.subtree_control")) as f:
+      self.assertEqual(f.read(), "+memory +pids")
+
+  def test_v2_without_memory_falls_back_to_v1(self):
+    self._mk("v2", {"cgroup.controllers": "hugetlb", "cgroup.subtree_control": ""})
+    mem = self._mk("mem/job", {"memory.limit_in_bytes": ""})
+    pids = self._mk("pids", {"cgroup.procs": ""})
+    roots = sb.CgroupRoots(os.path.join(self.root, "v2"), os.path.join(self.root, "mem"),
+                           os.path.join(self.root, "pids"), self_v1_memory_path="/job")
+    det = sb.detect_cgroup("auto", roots)
+    self.assertEqual(det.mode, "v1")
+    self.assertEqual(det.parents, (mem, pids))
+    self.assertIn("memory,pids not in", det.why_not[0])
+    # Per-sandbox cgroups get the limits written.
+    cg = sb.Cgroup.create(sb.SandboxConfig(memory_max_bytes=123456, pids_max=7), detection=det)
+    with open(os.path.join(cg.dirs[0], "memory.limit_in_bytes")) as f:
+      self.assertEqual(f.read(), "123456")
+    with open(os.path.join(cg.dirs[1], "pids.max")) as f:
+      self.assertEqual(f.read(), "7")
+    self.assertIn("cgroup v1", cg.description)
+
+  def test_nothing_usable_gives_rlimit(self):
+    det = sb.detect_cgroup("auto", sb.CgroupRoots(None, None, None))
+    self.assertEqual(det.mode, "rlimit")
+    self.assertLen(det.why_not, 2)
+    with self.assertRaisesRegex(sb.SandboxError, "v2"):
+      sb.detect_cgroup("v2", sb.CgroupRoots(None, None, None))
+    with self.assertRaisesRegex(sb.SandboxError, "use 'auto'"):
+      sb.detect_cgroup("bogus")
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")
+class BwrapArgvTest(absltest.TestCase):
+
+  def test_isolation_flags(self):
+    ws = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, ws)
+    a = sb.bwrap_argv(["true"], workspace=ws, config=sb.SandboxConfig())
+    for flag in ("--die-with-parent", "--unshare-pid", "--unshare-net", "--new-session",
+                 "--clearenv"):
+      self.assertIn(flag, a)
+    self.assertEqual(a[a.index("--remount-ro") + 1], "/")
+    self.assertIn("/workspace", a)
+    self.assertNotIn("--unshare-net", sb.bwrap_argv(["true"], workspace=ws,
+                                                    config=sb.SandboxConfig(network=True)))
+
+  def test_limits_line_names_the_mechanism(self):
+    s = sb.Sandbox(sb.SandboxConfig())
+    try:
+      self.assertRegex(s.limits, r"(cgroup v[12] memory\S*=2147483648 pids.max=256|ulimit -v)")
+      if s.cgroup.mode in ("v1", "v2"):
+        for d in s.cgroup.dirs:
+          self.assertTrue(os.path.isdir(d))
+    finally:
+      dirs = s.cgroup.dirs
+      s.close()
+    for d in dirs:
+      self.assertFalse(os.path.exists(d))
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")
+class SandboxThroughDriverTest(absltest.TestCase):
+  """One driver run: every probe is one episode; the run carries on past the killed one."""
+
+  @classmethod
+  def setUpClass(cls):
+    cls.listener = socket.socket()
+    cls.listener.bind(("127.0.0.1", 0))
+    cls.listener.listen(1)
+    port = cls.listener.getsockname()[1]
+    tok = ByteTokenizer()
+    scripts = {
+        "net": [_call("connect", host="127.0.0.1", port=port), _call("interfaces")],
+        "write": [_call("write_file", path=p) for p in WRITE_TARGETS]
+                 + [_call("write_file", path="/workspace/ok.txt"), _call("write_file", path="/tmp/ok")],
+        "read": [_call("read_file", path=p) for p in READ_TARGETS]
+                + [_call("read_file", path="/proc/1/environ")],
+        "fork": [_call("fork_bomb", max_children=5000)],
+        "alloc": [_call("alloc", gib=3)],
+        "after": [_call("echo", text="still running")],
+    }
+
+    def script(req):
+      calls = scripts[req.task_id]
+      if req.turn < len(calls):
+        return calls[req.turn]
+      return _call("finish", answer=req.task_id)
+
+    os.environ[MARKER] = "1"
+    cls.pool = WorkerPool(PROBE, 1, step_timeout_s=60)
+    del os.environ[MARKER]
+    cls.limits = cls.pool.workers[0].limits
+    cls.driver = RolloutDriver(cls.pool, ScriptedPolicy(script, tok), tok,
+                               config=RolloutConfig(group_size=1, max_turns=20, step_timeout_s=60,
+                                                    max_context_tokens=100_000))
+    order = ["net", "write", "read", "fork", "alloc", "after"]
+    cls.trajs = {t.task_id: t for t in cls.driver.run(order)}
+    cls.whole = cls.pool.wait_until_whole(120)
+    cls.pool.close()
+    cls.left = _descendants()
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.listener.close()
+
+  def _obs(self, task):
+    return [(t.call["arguments"].get("path"), t.status, t.observation) for t in self.trajs[task].turns]
+
+  def test_outbound_connection_fails(self):
+    t = self.trajs["net"]
+    self.assertEqual(t.turns[0].status, "failed")
+    self.assertIn("Errno", t.turns[0].observation)  # refused: the host's listener is not reachable
+    self.assertEqual(t.turns[1].observation, "lo")   # only loopback in the private namespace
+    self.assertEqual(t.termination, "done")
+    self.assertEqual(t.reward, 1.0)
+
+  def test_write_outside_workspace_fails(self):
+    obs = self._obs("write")
+    for path, status, text in obs[:len(WRITE_TARGETS)]:
+      self.assertEqual(status, "failed", msg=f"{path}: {text}")
+      self.assertRegex(text, r"Errno (30|2|13)")
+    self.assertEqual([s for _, s, _ in obs[len(WRITE_TARGETS):len(WRITE_TARGETS) + 2]], ["ok", "ok"])
+    for p in WRITE_TARGETS:
+      self.assertFalse(os.path.exists(p) and p.endswith("/x") and os.path.getsize(p) == 1, msg=p)
+
+  def test_reading_host_files_fails(self):
+    obs = self._obs("read")
+    for path, status, text in obs[:len(READ_TARGETS)]:
+      self.assertEqual(status, "failed", msg=f"{path} was readable: {text[:80]}")
+    # The sandbox's pid 1 (bubblewrap) does not carry the driver's environment.
+    names = {kv.split("=")[0] for kv in obs[len(READ_TARGETS)][2].split("\0") if kv}
+    self.assertNotIn(MARKER, names)
+    self.assertLessEqual(names, {"PATH", "PWD", "OLDPWD", "SHLVL", "_"})
+
+  def test_fork_bomb_stops_at_process_limit(self):
+    turn = self.trajs["fork"].turns[0]
+    self.assertTrue(turn.info["refused"], msg=turn.observation)
+    self.assertLess(turn.info["children"], 256)
+    self.assertGreater(turn.info["children"], 100)
+    self.assertEqual(self.trajs["fork"].termination, "done")
+
+  def test_3gib_allocation_is_killed_and_recorded(self):
+    t = self.trajs["alloc"]
+    self.assertEqual(t.termination, "env_error")
+    self.assertTrue(t.error.startswith("crash:"), msg=t.error)
+    if "cgroup" in self.limits:
+      self.assertIn("memory limit", t.error)
+    self.assertEqual(t.turns[-1].status, "env_error")
+
+  def test_driver_carries_on(self):
+    t = self.trajs["after"]
+    self.assertEqual(t.termination, "done")
+    self.assertEqual(t.turns[0].observation, "still running")
+    self.assertEqual(self.driver.stats["restarts"], 1)
+    self.assertEqual(self.driver.stats["terminations"]["env_error"], 1)
+    self.assertTrue(self.whole)
+
+  def test_no_process_left_behind(self):
+    self.assertEqual(self.left, [])
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")
+class LifetimeTest(absltest.TestCase):
+
+  def test_network_flag_reaches_host_loopback(self):
+    # Control for the network check: with network=True the same connect succeeds.
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    try:
+      with EnvClient(PROBE, sandbox=sb.SandboxConfig(network=True)) as c:
+        c.reset("n")
+        r = c.step({"name": "connect", "arguments": {"host": "127.0.0.1",
+                                                     "port": lst.getsockname()[1]}})
+      self.assertEqual(r.observation, "connected")
+    finally:
+      lst.close()
+
+  def test_sandbox_dies_with_its_parent(self):
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        sys.path.insert(0, {ROOT!r})
+        from common.env_client import EnvClient, EnvSpec
+        c = EnvClient(EnvSpec("common.envs.probe_env:ProbeEnv"))
+        cg = c.sandbox.cgroup.dirs if c.sandbox.cgroup else ()
+        print(json.dumps([c.server_pid(), c.sandbox.workspace, c.stderr_path, list(cg)]), flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+      server_pid, ws, log, cgroups = json.loads(p.stdout.readline())
+      self.assertTrue(psutil.pid_exists(server_pid))
+      os.kill(p.pid, signal.SIGKILL)
+      p.wait()
+      deadline = time.monotonic() + 10
+      while time.monotonic() < deadline:
+        try:
+          if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        except psutil.NoSuchProcess:
+          break
+        time.sleep(0.05)
+      else:
+        self.fail(f"env server {server_pid} outlived its parent")
+      # What the killed parent could not clean up: its workspace, log and (now empty) cgroups.
+      shutil.rmtree(ws, ignore_errors=True)
+      os.unlink(log)
+      for d in cgroups:
+        deadline = time.monotonic() + 10
+        while os.path.exists(d) and time.monotonic() < deadline:
+          try:
+            os.rmdir(d)
+          except OSError:
+            time.sleep(0.05)
+        self.assertFalse(os.path.exists(d), msg=f"cgroup {d} still has members")
+    finally:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+
+
+if __name__ == "__main__":
+  absltest.main()

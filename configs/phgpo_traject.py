@@ -26,7 +26,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.graph = dict(edges="observed", max_templates=8)
   c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256, lora_rank=64,
                   lora_alpha=128.0)
-  c.env = dict(max_steps=20, horizon="gold")
+  c.env = dict(max_steps=20, horizon="gold", sandboxed=True, num_workers=2, step_timeout_s=60.0)
 
   c.optim = dict(grad_clip=1.0)
   c.warmup = dict(steps=300, batch_size=256, learning_rate=1e-3)

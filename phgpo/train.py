@@ -329,10 +329,10 @@ def decision_batch(policy, task_idx: np.ndarray, tools: np.ndarray, status: np.n
                           obs)
 
 
-def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[env_lib.ToolEnv],
+def rollout(compiled: Compiled, params, pher, problem: Problem, envs: EnvGroup,
             task_idx: np.ndarray, key: jax.Array, *, beta: float, w: float, temperature: float,
             p_tf: float, tf_rng: np.random.Generator, reward_kind: str) -> RolloutBatch:
-  """Runs one trajectory per entry of `task_idx` against `envs` (one env per trajectory).
+  """Runs one trajectory per entry of `task_idx` against `envs` (one episode slot per trajectory).
 
   The episode of task x lasts gold_len(x) calls (env.horizon = 'gold'), or stops early when the policy
   has no valid candidate or the environment reports done or an error.
@@ -354,8 +354,12 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
   horizon = problem.gold_len[task_idx]
   task_emb = jnp.asarray(problem.query_emb[task_idx])
   bank_sim = compiled.bank_similarity(pher, task_emb)   # the task is fixed for the whole episode
-  for i, env in enumerate(envs[:b]):
-    env.reset(problem.tasks[task_idx[i]].task_id, seed=int(tf_rng.integers(1 << 30)))
+  seeds = [int(x) for x in tf_rng.integers(1 << 30, size=b)]
+  for i, r in enumerate(envs.reset_all([problem.tasks[j].task_id for j in task_idx], seeds)):
+    if isinstance(r, Exception):
+      logging.warning("environment reset failed for task %s: %s", problem.tasks[task_idx[i]].task_id, r)
+      active[i] = False
+      end_reason[i] = "env_error"
   for t in range(int(horizon.max())):
     active &= t < horizon
     if not active.any():
@@ -368,27 +372,27 @@ def rollout(compiled: Compiled, params, pher, problem: Problem, envs: Sequence[e
     a, tm, lp, has = jax.device_get(compiled.decide(params, pher, batch, jnp.asarray(prev), task_emb,
                                                     bank_sim, sub, beta, w, temperature))
     forced = tf_rng.random(b) < p_tf
+    chosen = []
     for i in np.nonzero(active)[0]:
       gold = problem.gold_tools[task_idx[i], t]
       if forced[i] and gold >= 0:
-        tool, tmpl = int(gold), int(problem.gold_templates[task_idx[i], t])
-        sl_mask[i, t] = True
+        chosen.append((i, int(gold), int(problem.gold_templates[task_idx[i], t]), True))
       elif has[i]:
-        tool, tmpl = int(a[i]), int(tm[i])
-        pg_mask[i, t] = True
+        chosen.append((i, int(a[i]), int(tm[i]), False))
       else:
         active[i] = False
         end_reason[i] = "no_candidate"
-        continue
+    calls = []
+    for i, tool, tmpl, _ in chosen:
       keys = problem.graph.templates[tool][tmpl] if tmpl >= 0 else ()
-      try:
-        res = envs[i].step({"name": names[tool], "arguments": {k: "" for k in keys}})
-      except Exception as e:  # pylint: disable=broad-except
-        logging.warning("environment error in task %s: %s", problem.tasks[task_idx[i]].task_id, e)
-        pg_mask[i, t] = sl_mask[i, t] = False
+      calls.append((i, {"name": names[tool], "arguments": {k: "" for k in keys}}))
+    for (i, tool, tmpl, teacher), res in zip(chosen, envs.step_many(calls)):
+      if isinstance(res, Exception):
+        logging.warning("environment error in task %s: %s", problem.tasks[task_idx[i]].task_id, res)
         active[i] = False
         end_reason[i] = "env_error"
         continue
+      sl_mask[i, t], pg_mask[i, t] = teacher, not teacher
       tools[i, t], templates[i, t], logp_old[i, t] = tool, tmpl, lp[i]
       status[i, t] = _status_code(res.status)
       if observations is not None:
@@ -419,10 +423,83 @@ def score_trajectories(tools, length, gold, gold_len, *, kind: str, horizon: int
   raise ValueError(f"unknown rl.reward {kind!r}; valid: 'match_ratio', 'success', 'exact'")
 
 
-def make_envs(config: ml_collections.ConfigDict, problem: Problem, count: int) -> list:
-  """`count` replay environments over all tasks (one per concurrent trajectory)."""
-  return [env_lib.ReplayEnv(problem.tasks, problem.tool_specs, max_steps=config.env.max_steps)
-          for _ in range(count)]
+class EnvGroup:
+  """B concurrent replay episodes, in-process or in sandboxed environment processes.
+
+  `env.sandboxed = True` (default) serves the replay environment from `env.num_workers` processes started
+  by `common.env_client.EnvClient` (bubblewrap, cgroup memory and pids limits, no network, MCP over
+  stdio); episode i runs in slot i of worker i % W, and the steps of one decision are submitted together
+  so their round trips overlap. A worker that crashes or hangs ends the episodes it was serving with
+  reason 'env_error' and is replaced before the next reset. `env.sandboxed = False` steps
+  `phgpo.env.ReplayEnv` objects in this process (fastest; for debugging and benchmarks).
+  """
+
+  def __init__(self, config, problem: Problem, count: int):
+    self.count = count
+    self.sandboxed = bool(config.env.sandboxed)
+    self._config = config
+    self._problem = problem
+    self._clients = []
+    if self.sandboxed:
+      self.num_workers = max(1, min(int(config.env.num_workers), count))
+      self._clients = [self._start_worker() for _ in range(self.num_workers)]
+    else:
+      self._envs = [env_lib.ReplayEnv(problem.tasks, problem.tool_specs, max_steps=config.env.max_steps)
+                    for _ in range(count)]
+
+  def _start_worker(self):
+    from common import env_client  # pylint: disable=g-import-not-at-top
+    from common.envs import replay_env  # pylint: disable=g-import-not-at-top
+    spec = replay_env.replay_env_spec(
+        self._config.data.path or None, task_ids=[t.task_id for t in self._problem.tasks],
+        max_steps=self._config.env.max_steps, horizon=self._config.env.horizon)
+    return env_client.EnvClient(spec, step_timeout_s=self._config.env.step_timeout_s)
+
+  def _where(self, i: int):
+    return self._clients[i % self.num_workers], i // self.num_workers
+
+  def reset_all(self, task_ids: Sequence[str], seeds: Sequence[int]) -> list:
+    """Starts episode i on task_ids[i]; returns per episode the first observation or the exception."""
+    if not self.sandboxed:
+      return [self._guard(lambda i=i: self._envs[i].reset(task_ids[i], seed=seeds[i]))
+              for i in range(len(task_ids))]
+    for w, c in enumerate(self._clients):   # replace workers that died in the last batch
+      if not c.alive:
+        logging.warning("replacing environment worker %d (%s)", w, c.pid)
+        c.close()
+        self._clients[w] = self._start_worker()
+    futs = []
+    for i, tid in enumerate(task_ids):
+      c, k = self._where(i)
+      futs.append(c.submit_reset(tid, seeds[i], slot=k))
+    return [self._guard(f.result) for f in futs]
+
+  def step_many(self, items: Sequence[tuple[int, dict]]) -> list:
+    """Steps episode i with call for each (i, call); returns StepResults or exceptions, in order."""
+    if not self.sandboxed:
+      return [self._guard(lambda i=i, c=c: self._envs[i].step(c)) for i, c in items]
+    futs = []
+    for i, call in items:
+      c, k = self._where(i)
+      futs.append(c.submit_step(call, slot=k))
+    return [self._guard(f.result) for f in futs]
+
+  @staticmethod
+  def _guard(fn):
+    try:
+      return fn()
+    except Exception as e:  # pylint: disable=broad-except
+      return e
+
+  def close(self) -> None:
+    for c in self._clients:
+      c.close()
+    self._clients = []
+
+
+def make_envs(config: ml_collections.ConfigDict, problem: Problem, count: int) -> EnvGroup:
+  """`count` concurrent replay episodes over all tasks (see EnvGroup)."""
+  return EnvGroup(config, problem, count)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -437,11 +514,18 @@ def evaluate(config, compiled: Compiled, params, pher, problem: Problem, *, beta
     dict with mean 'match_ratio', 'exact_match', 'lcs', 'success' over the tasks, and 'num_tasks'.
   """
   task_idx = problem.eval_idx if task_idx is None else task_idx
+  own = envs is None
   envs = envs or make_envs(config, problem, len(task_idx))
-  rb = rollout(compiled, params, pher, problem, envs, task_idx, jax.random.key(seed), beta=beta, w=w,
-               temperature=config.eval.temperature, p_tf=0.0, tf_rng=np.random.default_rng(seed),
-               reward_kind="match_ratio")
-  return summarize_rollouts(rb, problem)
+  try:
+    rb = rollout(compiled, params, pher, problem, envs, task_idx, jax.random.key(seed), beta=beta, w=w,
+                 temperature=config.eval.temperature, p_tf=0.0, tf_rng=np.random.default_rng(seed),
+                 reward_kind="match_ratio")
+  finally:
+    if own:
+      envs.close()
+  out = summarize_rollouts(rb, problem)
+  out["env_errors"] = int(sum(r == "env_error" for r in rb.end_reason))
+  return out
 
 
 def summarize_rollouts(rb: RolloutBatch, problem: Problem) -> dict:
@@ -542,56 +626,59 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
   m = rc.rollouts_per_task
   envs = make_envs(config, problem, rc.tasks_per_step * m)
-  ref_params = init_params
-  train_len = problem.gold_len[problem.train_idx]
-  bar = _progress(rc.steps, start, f"{'phgpo' if beta_max > 0 else 'grpo'} seed {seed}", progress)
-  for step in range(start, rc.steps):
-    sv = curriculum.stage_values(
-        step, curriculum_steps=cc.steps, lambda_start=cc.lambda_start, p_tf_start=cc.p_tf_start,
-        horizon_start=cc.horizon_start, max_steps=config.env.max_steps, beta_max=beta_max, w_max=w_max)
-    rng = np.random.default_rng([seed, 2, step])
-    pool = problem.train_idx[train_len <= sv.horizon]
-    if len(pool) == 0:
-      pool = problem.train_idx
-    tasks = rng.choice(pool, size=min(rc.tasks_per_step, len(pool)), replace=False)
-    task_idx = np.repeat(tasks, m)
-    key = jax.random.fold_in(jax.random.wrap_key_data(state["key"]), step)
-    rb = rollout(compiled, state["params"], state["pheromone"], problem, envs, task_idx, key,
-                 beta=sv.beta, w=sv.w, temperature=config.sampling.temperature, p_tf=sv.p_tf,
-                 tf_rng=rng, reward_kind=rc.reward)
-    group_ids = np.repeat(np.arange(len(tasks)), m).astype(np.int32)
-    adv = estimators.compute_advantages(
-        rc.advantage.estimator, jnp.asarray(rb.reward), jnp.asarray(group_ids), num_groups=len(tasks),
-        eps=rc.advantage.eps, ddof=rc.advantage.ddof)
-    q_emb = jnp.asarray(problem.query_emb[task_idx])
-    flat = decision_batch(compiled.policy, task_idx, rb.tools, rb.status, rb.observations)
-    args = (flat, jnp.asarray(rb.tools), jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask),
-            jnp.asarray(rb.sl_mask))
-    ref_logp = (compiled.logp_of(ref_params, flat, args[1]) if rc.kl_coef > 0
-                else jnp.asarray(rb.logp_old))
-    params, opt_state = state["params"], state["opt_state"]
-    for _ in range(rc.epochs):
-      params, opt_state, aux = compiled.rl_update(params, opt_state, *args, ref_logp,
-                                                  jnp.float32(sv.sl_weight), jnp.float32(rc.kl_coef))
-    exec_mask = jnp.asarray(rb.tools >= 0)
-    pher = compiled.pher_update(state["pheromone"], jnp.asarray(rb.tools), jnp.asarray(rb.templates),
-                                exec_mask, jnp.asarray(rb.reward), q_emb)
-    state = {**state, "params": params, "opt_state": opt_state, "pheromone": pher,
-             "step": jnp.asarray(step + 1, jnp.int32)}
-    if (step + 1) % config.logging.every == 0 or step + 1 == rc.steps:
-      aux = jax.device_get(aux)
-      row = {f"rl/{k}": v for k, v in aux.items()}
-      row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(rb.reward.mean())
-                  if rc.reward == "match_ratio" else float("nan"), "rl/beta": sv.beta, "rl/w": sv.w,
-                  "rl/p_tf": sv.p_tf, "rl/sl_weight": sv.sl_weight, "rl/horizon": sv.horizon,
-                  "rl/stage": sv.stage, "rl/mean_length": float(rb.length.mean())})
-      writer.write(step + 1, row)
-      bar.set_postfix(loss=f"{float(aux['loss']):.3f}", match=f"{float(rb.reward.mean()):.3f}")
-    ck.maybe_save(step + 1, state, force=step + 1 == rc.steps)
-    bar.update(1)
-    if stop_after is not None and step + 1 >= stop_after:
-      ck.save(step + 1, state)
-      break
+  try:
+    ref_params = init_params
+    train_len = problem.gold_len[problem.train_idx]
+    bar = _progress(rc.steps, start, f"{'phgpo' if beta_max > 0 else 'grpo'} seed {seed}", progress)
+    for step in range(start, rc.steps):
+      sv = curriculum.stage_values(
+          step, curriculum_steps=cc.steps, lambda_start=cc.lambda_start, p_tf_start=cc.p_tf_start,
+          horizon_start=cc.horizon_start, max_steps=config.env.max_steps, beta_max=beta_max, w_max=w_max)
+      rng = np.random.default_rng([seed, 2, step])
+      pool = problem.train_idx[train_len <= sv.horizon]
+      if len(pool) == 0:
+        pool = problem.train_idx
+      tasks = rng.choice(pool, size=min(rc.tasks_per_step, len(pool)), replace=False)
+      task_idx = np.repeat(tasks, m)
+      key = jax.random.fold_in(jax.random.wrap_key_data(state["key"]), step)
+      rb = rollout(compiled, state["params"], state["pheromone"], problem, envs, task_idx, key,
+                   beta=sv.beta, w=sv.w, temperature=config.sampling.temperature, p_tf=sv.p_tf,
+                   tf_rng=rng, reward_kind=rc.reward)
+      group_ids = np.repeat(np.arange(len(tasks)), m).astype(np.int32)
+      adv = estimators.compute_advantages(
+          rc.advantage.estimator, jnp.asarray(rb.reward), jnp.asarray(group_ids), num_groups=len(tasks),
+          eps=rc.advantage.eps, ddof=rc.advantage.ddof)
+      q_emb = jnp.asarray(problem.query_emb[task_idx])
+      flat = decision_batch(compiled.policy, task_idx, rb.tools, rb.status, rb.observations)
+      args = (flat, jnp.asarray(rb.tools), jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask),
+              jnp.asarray(rb.sl_mask))
+      ref_logp = (compiled.logp_of(ref_params, flat, args[1]) if rc.kl_coef > 0
+                  else jnp.asarray(rb.logp_old))
+      params, opt_state = state["params"], state["opt_state"]
+      for _ in range(rc.epochs):
+        params, opt_state, aux = compiled.rl_update(params, opt_state, *args, ref_logp,
+                                                    jnp.float32(sv.sl_weight), jnp.float32(rc.kl_coef))
+      exec_mask = jnp.asarray(rb.tools >= 0)
+      pher = compiled.pher_update(state["pheromone"], jnp.asarray(rb.tools), jnp.asarray(rb.templates),
+                                  exec_mask, jnp.asarray(rb.reward), q_emb)
+      state = {**state, "params": params, "opt_state": opt_state, "pheromone": pher,
+               "step": jnp.asarray(step + 1, jnp.int32)}
+      if (step + 1) % config.logging.every == 0 or step + 1 == rc.steps:
+        aux = jax.device_get(aux)
+        row = {f"rl/{k}": v for k, v in aux.items()}
+        row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(rb.reward.mean())
+                    if rc.reward == "match_ratio" else float("nan"), "rl/beta": sv.beta, "rl/w": sv.w,
+                    "rl/p_tf": sv.p_tf, "rl/sl_weight": sv.sl_weight, "rl/horizon": sv.horizon,
+                    "rl/stage": sv.stage, "rl/mean_length": float(rb.length.mean())})
+        writer.write(step + 1, row)
+        bar.set_postfix(loss=f"{float(aux['loss']):.3f}", match=f"{float(rb.reward.mean()):.3f}")
+      ck.maybe_save(step + 1, state, force=step + 1 == rc.steps)
+      bar.update(1)
+      if stop_after is not None and step + 1 >= stop_after:
+        ck.save(step + 1, state)
+        break
+  finally:
+    envs.close()
   bar.close()
   writer.close()
   ck.close()

@@ -50,14 +50,66 @@ class PhGPOTrainTest(absltest.TestCase):
     p = self.problem
     task_idx = p.train_idx[:6]
     envs = train.make_envs(self.config, p, len(task_idx))
-    params = self.policy.init(jax.random.key(0))
-    pher = train.init_pheromone(self.config, p)
-    rb = train.rollout(self.compiled, params, pher, p, envs, task_idx, jax.random.key(1), beta=0.7,
-                       w=0.5, temperature=0.7, p_tf=1.0, tf_rng=np.random.default_rng(0),
-                       reward_kind="match_ratio")
+    try:
+      rb = self._rollout(envs, task_idx, p_tf=1.0)
+    finally:
+      envs.close()
     np.testing.assert_array_equal(rb.reward, np.ones(6, np.float32))
     np.testing.assert_array_equal(rb.length, p.gold_len[task_idx])
     self.assertTrue(rb.sl_mask.sum() == p.gold_len[task_idx].sum() and not rb.pg_mask.any())
+
+  def _rollout(self, envs, task_idx, p_tf=0.0):
+    p = self.problem
+    params = self.policy.init(jax.random.key(0))
+    pher = train.init_pheromone(self.config, p)
+    return train.rollout(self.compiled, params, pher, p, envs, task_idx, jax.random.key(1), beta=0.7, w=0.5,
+                         temperature=0.7, p_tf=p_tf, tf_rng=np.random.default_rng(0),
+                         reward_kind="match_ratio")
+
+  def test_sandboxed_equals_in_process(self):
+    task_idx = self.problem.train_idx[:8]
+    c = _smoke_config()
+    c.env.sandboxed = False
+    local = train.make_envs(c, self.problem, len(task_idx))
+    remote = train.make_envs(self.config, self.problem, len(task_idx))
+    self.assertTrue(remote.sandboxed)
+    try:
+      a, b = self._rollout(local, task_idx), self._rollout(remote, task_idx)
+    finally:
+      remote.close()
+    for f in ("tools", "templates", "status", "length", "reward"):
+      np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    self.assertEqual(a.end_reason, b.end_reason)
+
+  def test_killed_worker_ends_its_episodes_and_is_replaced(self):
+    import psutil  # pylint: disable=g-import-not-at-top
+    task_idx = self.problem.train_idx[:4]
+    envs = train.make_envs(self.config, self.problem, len(task_idx))
+    victim = envs._clients[0]
+    step_many = envs.step_many
+    calls = []
+
+    def kill_mid_episode(items):
+      calls.append(len(items))
+      if len(calls) == 2:  # after the first call of every episode: kill worker 0's server process
+        psutil.Process(victim.server_pid()).kill()
+      return step_many(items)
+
+    envs.step_many = kill_mid_episode
+    try:
+      rb = self._rollout(envs, task_idx, p_tf=1.0)
+      envs.step_many = step_many
+      # Worker 0 served episodes 0 and 2: they end with 'env_error'; the others finish normally.
+      self.assertEqual([rb.end_reason[i] for i in (0, 2)], ["env_error", "env_error"])
+      self.assertEqual([rb.length[i] for i in (0, 2)], [1, 1])
+      self.assertEqual([rb.reward[i] for i in (1, 3)], [1.0, 1.0])
+      rb2 = self._rollout(envs, task_idx, p_tf=1.0)   # the pool is whole again
+      np.testing.assert_array_equal(rb2.reward, np.ones(4, np.float32))
+      self.assertIsNot(envs._clients[0], victim)
+    finally:
+      envs.close()
+    me = psutil.Process()
+    self.assertEqual([c for c in me.children(recursive=True) if "env_server" in " ".join(c.cmdline())], [])
 
   def test_resume_equals_uninterrupted(self):
     c, p, comp = self.config, self.problem, self.compiled

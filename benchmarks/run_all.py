@@ -18,6 +18,7 @@ BENCHMARKS = {
     "pheromone": "benchmarks.pheromone_bench",
     "env": "benchmarks.env_bench",
     "lm": "benchmarks.lm_bench",
+    "progagent": "benchmarks.progagent_bench",
 }
 
 

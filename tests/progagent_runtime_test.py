@@ -1,0 +1,477 @@
+"""Tests for progagent/runtime.py, progagent/tool_proxy.py and progagent/mcp_runtime_server.py.
+
+Kernel starts cost about a second each on the project machines, so one kernel (`RuntimeTest`) is
+shared by most checks; the episode-lifecycle checks (isolation, leftover processes, restart) and the
+MCP server start their own. The tool backend is a dict of Python functions written here
+(tool_proxy.FunctionBackend), whose functions return scripted MCP results, served to the kernel
+through the same socket proxy as any other backend.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import psutil
+from absl.testing import absltest, parameterized
+
+from progagent import runtime as rt_lib
+from progagent import tool_proxy as tp
+
+HAVE_BWRAP = shutil.which("bwrap") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _text(t, **extra):
+  return dict({"content": [{"type": "text", "text": t}]}, **extra)
+
+
+def _functions():
+  """The test's tools: each returns a scripted MCP result (wire form) or a plain value."""
+  db = {1: {"id": 1, "name": "ada"}, 2: {"id": 2, "name": "bob"}}
+  return {
+      "get_user": lambda id: db[int(id)],                                   # dict -> structured
+      "list_ids": lambda: _text(json.dumps(sorted(db))),                    # JSON text
+      "py_repr": lambda: _text("{'a': (1, 2), 'b': None, 'c': True}"),      # Python repr text
+      "greet": lambda name: _text(f"hello {name}"),                         # raw text
+      "wrapped": lambda: {"content": [], "structuredContent": {"result": [3, 4]}},
+      "silent_error_text": lambda: _text("Error: no row with id 7 in table users"),
+      "silent_error_json": lambda: _text(json.dumps({"error": "table 'orders' does not exist"})),
+      "flagged_error": lambda: _text("permission denied: /secret", isError=True),
+      "record": lambda: _text(json.dumps({"id": 5, "error": "disk full", "host": "a"})),
+      "crash": lambda: 1 / 0,
+  }
+
+
+def _backend():
+  return tp.FunctionBackend(_functions())
+
+
+def _descendants():
+  return [p for p in psutil.Process().children(recursive=True)
+          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _workspace(test):
+  d = tempfile.mkdtemp(prefix="pa-test-")
+  test.addCleanup(shutil.rmtree, d, ignore_errors=True)
+  return d
+
+
+class DecodeTest(parameterized.TestCase):
+  """The result -> value rule and the error rule, on wire dicts and SDK objects (no kernel)."""
+
+  @parameterized.named_parameters(
+      ("structured", {"content": [{"type": "text", "text": "{}"}], "structuredContent": {"a": 1}},
+       {"a": 1}),
+      ("wrapped_result", {"content": [], "structuredContent": {"result": [1, 2]}}, [1, 2]),
+      ("json_text", _text('[1, {"b": null}]'), [1, {"b": None}]),
+      ("python_repr", _text("{'a': (1, 2), 'b': None}"), {"a": (1, 2), "b": None}),
+      ("raw_text", _text("hello world"), "hello world"),
+      ("number_text", _text("42"), 42),
+      ("leading_zero_text_stays_text", _text("007"), "007"),
+      ("empty", {"content": []}, None),
+      ("two_items", {"content": [{"type": "text", "text": "1"}, {"type": "text", "text": "x"}]},
+       [1, "x"]),
+      ("record_with_error_field_is_data", _text('{"id": 5, "error": "disk full", "host": "a"}'),
+       {"id": 5, "error": "disk full", "host": "a"}),
+      ("error_word_later_is_data", _text("no Error: here"), "no Error: here"),
+      ("null_error_is_data", _text('{"error": null}'), {"error": None}),
+  )
+  def test_value(self, wire, expected):
+    self.assertIsNone(tp.error_message(wire))
+    self.assertEqual(tp.decode_result(wire, "t"), expected)
+
+  @parameterized.named_parameters(
+      ("is_error_true", _text("permission denied", isError=True), "permission denied"),
+      ("is_error_structured_only", {"content": [], "structuredContent": {"error": "bad"},
+                                    "isError": True}, "bad"),
+      ("error_prefix", _text("Error: no such row"), "Error: no such row"),
+      ("error_prefix_lowercase", _text("  error: nope"), "error: nope"),
+      ("sdk_wording", _text("Error executing tool lookup: KeyError 7"),
+       "Error executing tool lookup: KeyError 7"),
+      ("exception_prefix", _text("ValueError: id must be positive"), "ValueError: id must be positive"),
+      ("traceback", _text("Traceback (most recent call last):\n  ...\nKeyError: 7"),
+       "Traceback (most recent call last):\n  ...\nKeyError: 7"),
+      ("json_error_object", _text('{"error": "table x does not exist"}'), "table x does not exist"),
+      ("json_error_with_code", _text('{"error": {"message": "not found"}, "code": 404}'), "not found"),
+      ("structured_error_object", {"content": [], "structuredContent": {"error": "quota",
+                                                                         "message": "try later"}},
+       "quota: try later"),
+  )
+  def test_error(self, wire, message):
+    self.assertEqual(tp.error_message(wire), message)
+    with self.assertRaises(tp.ToolError) as cm:
+      tp.decode_result(wire, "lookup")
+    self.assertEqual(cm.exception.message, message)
+    self.assertEqual(cm.exception.tool, "lookup")
+    self.assertIn(message, str(cm.exception))
+
+  def test_sdk_result_object(self):
+    import mcp_types as types
+    ok = types.CallToolResult(content=[types.TextContent(type="text", text='{"x": 1}')],
+                              structured_content={"x": 1})
+    self.assertEqual(tp.decode_result(tp.to_wire(ok)), {"x": 1})
+    err = types.CallToolResult(content=[types.TextContent(type="text", text="boom")], is_error=True)
+    with self.assertRaisesRegex(tp.ToolError, "boom"):
+      tp.decode_result(tp.to_wire(err))
+    silent = types.CallToolResult(content=[types.TextContent(type="text", text="Error: gone")])
+    with self.assertRaisesRegex(tp.ToolError, "Error: gone"):
+      tp.decode_result(tp.to_wire(silent))
+
+  def test_step_result(self):
+    from common.env_client import StepResult
+    self.assertEqual(tp.to_wire(StepResult("[1]", "ok", False, {})),
+                     {"content": [{"type": "text", "text": "[1]"}]})
+    self.assertTrue(tp.to_wire(StepResult("no such tool", "invalid", False, {}))["isError"])
+
+  def test_bad_result_type(self):
+    with self.assertRaisesRegex(TypeError, "CallToolResult"):
+      tp.to_wire(3.5)
+    with self.assertRaisesRegex(TypeError, "wire form"):
+      tp.to_wire({"value": 1})
+
+  def test_describe_tools(self):
+    s = tp.describe_tools([{"name": "add", "description": "Adds.", "inputSchema": {
+        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a"]}}])
+    self.assertEqual(s, "add(a: number, b?: number) - Adds.")
+
+
+class OutputBufferTest(parameterized.TestCase):
+  """Streaming head+tail truncation equals cutting the whole string, in characters."""
+
+  @parameterized.product(
+      total=[0, 5, 10, 11, 37, 200], max_chars=[0, 1, 10, 11], mode=["head_tail", "head"],
+      chunk=[1, 3, 1000])
+  def test_matches_reference(self, total, max_chars, mode, chunk):
+    s = "".join(chr(0x4E00 + (i * 7919) % 20000) if i % 3 else "é" for i in range(total))
+    buf = rt_lib.OutputBuffer(max_chars, mode)
+    for i in range(0, len(s), chunk):
+      buf.write(s[i:i + chunk])
+    head_n = max_chars if mode == "head" else (max_chars + 1) // 2
+    tail_n = max_chars - head_n
+    out = buf.getvalue()
+    if total <= max_chars:
+      self.assertEqual(out, s)
+      self.assertEqual(buf.cut, 0)
+    else:
+      self.assertEqual(buf.cut, total - max_chars)
+      head, rest = out[:head_n], out[head_n:]
+      self.assertEqual(head, s[:head_n])
+      self.assertTrue(rest.startswith(f"\n[... {total - max_chars} characters cut"), rest)
+      self.assertEqual(rest[rest.index("...]\n") + 5:], s[len(s) - tail_n:] if tail_n else "")
+    out.encode("utf-8")  # no character split into invalid pieces
+
+  def test_bad_config(self):
+    with self.assertRaisesRegex(ValueError, "truncation"):
+      rt_lib.OutputBuffer(10, "tail")
+    with self.assertRaisesRegex(ValueError, ">= 0"):
+      rt_lib.OutputBuffer(-1)
+
+
+class StripMountsTest(absltest.TestCase):
+
+  def test_project_packages_not_mounted(self):
+    from common.sandbox import Sandbox, SandboxConfig
+    if not HAVE_BWRAP:
+      self.skipTest("bubblewrap not installed")
+    sb = Sandbox(SandboxConfig(cgroup="none"), workspace=_workspace(self))
+    self.addCleanup(sb.close)
+    argv = rt_lib._strip_project_mounts(sb.command(["/bin/true"]))
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind", "--bind")]
+    self.assertIn(sys.prefix, binds)
+    for b in binds:
+      if b.startswith(ROOT + os.sep):
+        self.assertTrue(b.startswith(sys.prefix), b)
+    self.assertEqual(argv[-1], "/bin/true")
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class RuntimeTest(parameterized.TestCase):
+  """Checks that share one sandboxed kernel."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.ws = tempfile.mkdtemp(prefix="pa-test-")
+    cls.backend = _backend()
+    cls.rt = rt_lib.ProgramRuntime(cls.backend, workspace_dir=cls.ws, timeout_s=30,
+                                   interrupt_grace_s=5)
+
+  @classmethod
+  def tearDownClass(cls):
+    cls.rt.close()
+    shutil.rmtree(cls.ws, ignore_errors=True)
+    super().tearDownClass()
+
+  def run_ok(self, code):
+    r = self.rt.run(code)
+    self.assertIsNone(r.error, r.output)
+    return r
+
+  def test_variables_persist(self):
+    self.run_ok("persist_a = [1, 2]\ndef persist_f(x):\n  return x * 3")
+    r = self.run_ok("print(persist_f(sum(persist_a)))")
+    self.assertEqual(r.output, "9\n")
+    self.assertFalse(r.restarted)
+
+  def test_native_values(self):
+    r = self.run_ok(
+        "u = tools['get_user'](id=2)\n"
+        "print(type(u).__name__, u['name'])\n"
+        "print(tools['list_ids']())\n"
+        "v = tools['py_repr']()\nprint(type(v['a']).__name__, v)\n"
+        "print(repr(tools.greet(name='x')))\n"
+        "print(tools['wrapped']())\n"
+        "print(tools['record']()['error'])")
+    self.assertEqual(r.output.splitlines(), [
+        "dict bob", "[1, 2]", "tuple {'a': (1, 2), 'b': None, 'c': True}", "'hello x'", "[3, 4]",
+        "disk full"])
+    self.assertEqual(r.tool_calls, 6)
+
+  @parameterized.named_parameters(
+      ("no_is_error_text", "silent_error_text", "Error: no row with id 7 in table users"),
+      ("no_is_error_json", "silent_error_json", "table 'orders' does not exist"),
+      ("is_error_true", "flagged_error", "permission denied: /secret"),
+      ("backend_exception", "crash", "ZeroDivisionError: division by zero"),
+  )
+  def test_tool_errors_raise(self, tool, message):
+    caught = self.run_ok(
+        f"try:\n  tools[{tool!r}]()\n  print('NO EXCEPTION')\n"
+        "except ToolError as e:\n  print(type(e).__name__, '|', e.tool, '|', e.message)")
+    self.assertEqual(caught.output, f"ToolError | {tool} | {message}\n")
+    uncaught = self.rt.run(f"tools[{tool!r}]()\nprint('after')")
+    self.assertTrue(uncaught.error.startswith("ToolError: "), uncaught.error)
+    self.assertIn(message, uncaught.error)
+    self.assertIn(message, uncaught.output)
+    self.assertNotIn("after", uncaught.output)
+    self.assertNotIn("<progagent.tool_proxy>", uncaught.output)  # the proxy's frames are hidden
+    self.assertFalse(uncaught.restarted)
+
+  def test_unknown_tool_and_bad_arguments(self):
+    r = self.rt.run("tools['nope']()")
+    self.assertIn("no tool named 'nope'", r.error)
+    self.assertIn("get_user", r.error)
+    r = self.rt.run("tools['get_user'](2)")
+    self.assertIn("keyword arguments", r.error)
+    r = self.rt.run("tools['get_user'](id=object())")
+    self.assertIn("JSON-serialisable", r.error)
+
+  def test_input_fails_at_once(self):
+    t0 = time.monotonic()
+    r = self.rt.run("print('before')\ninput('x?')")
+    self.assertLess(time.monotonic() - t0, 5.0)
+    self.assertEqual(r.output.splitlines()[0], "before")
+    self.assertTrue(r.error.startswith("StdinNotImplementedError: input() is not available"), r.error)
+    self.assertIn("input() is not available", r.output)
+    self.assertFalse(r.timed_out)
+    r = self.run_ok("import sys\nprint(repr(sys.stdin.read()))")
+    self.assertEqual(r.output, "''\n")
+
+  def test_infinite_loop_interrupted_then_next_program_runs(self):
+    self.run_ok("loop_kept = 'yes'")
+    t0 = time.monotonic()
+    r = self.rt.run("n = 0\nwhile True:\n  n += 1", timeout_s=1.0)
+    self.assertLess(time.monotonic() - t0, 8.0)
+    self.assertTrue(r.timed_out)
+    self.assertFalse(r.restarted)
+    self.assertTrue(r.error.startswith("TimeoutError"), r.error)
+    self.assertIn("KeyboardInterrupt", r.output)
+    self.assertIn("exceeded the 1 s time limit", r.output)
+    after = self.run_ok("print(loop_kept, n > 0)")
+    self.assertEqual(after.output, "yes True\n")
+
+  def test_output_cut_in_characters(self):
+    r = self.run_ok("print('é' * 60000 + '🙂' * 60000)")  # 120,001 characters with the newline
+    self.assertEqual(r.truncated_chars, 120_001 - 50_000)
+    head, tail = r.output.split("\n[... 70001 characters cut", 1)
+    self.assertEqual(head, "é" * 25_000)
+    self.assertTrue(tail.endswith("...]\n" + "🙂" * 24_999 + "\n"), tail[-80:])
+    r.output.encode("utf-8")
+    small = self.run_ok("print('x' * 10)")
+    self.assertEqual(small.truncated_chars, 0)
+
+  def test_final_expression_and_stderr(self):
+    r = self.run_ok("import sys\nprint('out')\nprint('err', file=sys.stderr)\n6 * 7")
+    self.assertEqual(r.output, "out\nerr\n42\n")
+
+  def test_no_network(self):
+    r = self.run_ok(
+        "import socket\n"
+        "for host in [('1.1.1.1', 80), ('pypi.org', 443)]:\n"
+        "  try:\n    socket.create_connection(host, timeout=3)\n    print('CONNECTED')\n"
+        "  except OSError as e:\n    print('blocked', type(e).__name__)")
+    self.assertNotIn("CONNECTED", r.output)
+    self.assertEqual(r.output.count("blocked"), 2)
+
+  def test_verifier_and_project_not_visible(self):
+    secret_dir = tempfile.mkdtemp(prefix="pa-verifier-")
+    self.addCleanup(shutil.rmtree, secret_dir)
+    verifier = os.path.join(secret_dir, "verifier.py")
+    with open(verifier, "w") as f:
+      f.write("EXPECTED = 42\n")
+    targets = [verifier, os.path.join(ROOT, "progagent", "tool_proxy.py"),
+               os.path.join(ROOT, "progagent", "tasks"), os.path.join(ROOT, "tests", __file__),
+               os.path.join(os.path.dirname(ROOT), "shared", "SPEC.md"), "/etc/shadow"]
+    r = self.run_ok(
+        f"import os\nfor p in {targets!r}:\n"
+        "  try:\n    open(p).read()\n    print('READ', p)\n"
+        "  except OSError as e:\n    print('denied', type(e).__name__)\n"
+        "print('tmp' in os.listdir('/workspace'), os.path.isdir('/tmp/.progagent'))\n"
+        "try:\n  import progagent\n  print('IMPORTED')\nexcept ImportError:\n  print('no project')")
+    self.assertNotIn("READ", r.output)
+    self.assertEqual(r.output.count("denied"), len(targets))
+    self.assertIn("False True", r.output)  # the runtime adds nothing to the workspace
+    self.assertIn("no project", r.output)
+
+  def test_workspace_files_are_the_hosts(self):
+    with open(os.path.join(self.ws, "data.csv"), "w") as f:
+      f.write("a,b\n1,2\n")
+    r = self.run_ok("print(open('/workspace/data.csv').read().split())\n"
+                    "_ = open('/workspace/out.txt', 'w').write('done')")
+    self.assertEqual(r.output, "['a,b', '1,2']\n")
+    with open(os.path.join(self.ws, "out.txt")) as f:
+      self.assertEqual(f.read(), "done")
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class EpisodeTest(absltest.TestCase):
+  """Episode boundaries: isolation between two kernels, leftover processes, restart."""
+
+  def test_isolation_and_no_leftover_process(self):
+    before = {p.pid for p in _descendants()}
+    ws_a, ws_b = _workspace(self), _workspace(self)
+    a = rt_lib.ProgramRuntime(_backend(), workspace_dir=ws_a, timeout_s=30)
+    self.addCleanup(a.close)
+    with rt_lib.ProgramRuntime(_backend(), workspace_dir=ws_b, timeout_s=30) as b:
+      setup = a.run("secret_var = 'A-ONLY'\n_ = open('/workspace/secret.txt', 'w').write('A')\n"
+                    "_ = open('/tmp/a_secret.txt', 'w').write('A')")
+      self.assertIsNone(setup.error, setup.output)
+      self.assertTrue(os.path.exists(os.path.join(ws_a, "secret.txt")))
+      r = b.run(
+          "import os, subprocess\n"
+          "try:\n  print(secret_var)\nexcept NameError:\n  print('no variable')\n"
+          f"for p in ['/workspace/secret.txt', '/tmp/a_secret.txt',"
+          f" {os.path.join(ws_a, 'secret.txt')!r}, {ws_a!r}, {a.scratch_dir!r}]:\n"
+          "  print(p.startswith('/workspace'), os.path.exists(p))\n"
+          "cmds = [open(f'/proc/{d}/cmdline', 'rb').read().split(b'\\0') for d in os.listdir('/proc')\n"
+          "        if d.isdigit()]\n"
+          "kernels = [c for c in cmds if b'ipykernel_launcher' in c and b'bwrap' not in c[0]]\n"
+          "print('kernels visible', len(kernels))\n"
+          "sleeper = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+          "print('started', sleeper.pid > 0)")
+      self.assertIsNone(r.error, r.output)
+      self.assertEqual(r.output.splitlines(), [
+          "no variable", "True False", "False False", "False False", "False False", "False False",
+          "kernels visible 1",
+          "started True"])
+      sleepers = [p for p in _descendants() if p.name() == "sleep" and p.cmdline()[1:] == ["600"]]
+      self.assertLen(sleepers, 1)
+      b_pids = {p.pid for p in _descendants()} - before - set(self._pids_of(a))
+      self.assertIn(sleepers[0].pid, b_pids)
+      self.assertIn(b.kernel_pid, b_pids)
+    # the episode ended: none of its processes is left, and the other episode still works
+    time.sleep(0.2)
+    alive = [p for p in b_pids if psutil.pid_exists(p)
+             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    self.assertEqual(alive, [])
+    self.assertFalse(os.path.exists(b.scratch_dir))
+    self.assertEqual(os.listdir(ws_b), [])
+    self.assertEqual(a.run("print(secret_var)").output, "A-ONLY\n")
+    a.close()
+    time.sleep(0.2)
+    self.assertEqual({p.pid for p in _descendants()} - before, set())
+
+  @staticmethod
+  def _pids_of(rt):
+    k = rt._kernel
+    return [k.proc.pid] + [p.pid for p in psutil.Process(k.proc.pid).children(recursive=True)]
+
+  def test_ignored_interrupt_restarts_kernel(self):
+    before = {p.pid for p in _descendants()}
+    with rt_lib.ProgramRuntime(_backend(), workspace_dir=_workspace(self), timeout_s=30,
+                               interrupt_grace_s=1.0) as rt:
+      self.assertIsNone(rt.run("kept = 1\n_ = open('/workspace/f.txt', 'w').write('x')\n"
+                               "_ = open('/tmp/t.txt', 'w').write('y')").error)
+      old_pid = rt.kernel_pid
+      r = rt.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n  pass",
+                 timeout_s=1.0)
+      self.assertTrue(r.timed_out)
+      self.assertTrue(r.restarted)
+      self.assertTrue(r.error.startswith("KernelRestarted"), r.error)
+      self.assertIn("variables", r.output)
+      self.assertIn("lost", r.output)
+      self.assertFalse(psutil.pid_exists(old_pid) and
+                       psutil.Process(old_pid).status() != psutil.STATUS_ZOMBIE)
+      after = rt.run("print('kept' in dir(), open('/workspace/f.txt').read(), "
+                     "open('/tmp/t.txt').read(), tools['greet'](name='z'))")
+      self.assertIsNone(after.error, after.output)
+      self.assertEqual(after.output, "False x y hello z\n")
+      # a kernel that dies by itself is restarted too, and says so
+      died = rt.run("import os\nos._exit(3)")
+      self.assertTrue(died.restarted)
+      self.assertIn("exit code", died.error)
+      self.assertEqual(rt.run("print(1)").output, "1\n")
+      self.assertEqual(rt.restarts, 2)
+    time.sleep(0.2)
+    self.assertEqual({p.pid for p in _descendants()} - before, set())
+
+  def test_bad_arguments(self):
+    with self.assertRaisesRegex(TypeError, "not a tool backend"):
+      rt_lib.ProgramRuntime(object(), workspace_dir=_workspace(self))
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class McpServerTest(absltest.TestCase):
+  """`python -m progagent.mcp_runtime_server`, driven by the MCP SDK's stdio client."""
+
+  def test_programmatic_tool_call(self):
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    before = {p.pid for p in _descendants()}
+    seen = {}
+
+    async def main():
+      params = StdioServerParameters(
+          command=sys.executable,
+          args=["-m", "progagent.mcp_runtime_server", "--tools-factory",
+                "progagent.tool_proxy:demo_backend", "--timeout-s", "20"],
+          env={"PYTHONPATH": ROOT}, cwd=ROOT)
+      with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (r, w):
+          async with ClientSession(r, w) as s:
+            await s.initialize()
+            listed = await s.list_tools()
+            seen["tools"] = [(t.name, t.description) for t in listed.tools]
+            seen["first"] = await s.call_tool("programmatic_tool_call", {
+                "code": "total = sum(tools['add'](a=i, b=1) for i in range(5))\nprint(total)"})
+            seen["second"] = await s.call_tool("programmatic_tool_call", {
+                "code": "print(total * 2)\ntools['fail'](message='server says no')"})
+            seen["running"] = {p.pid for p in _descendants()} - before
+
+    anyio.run(main)
+    self.assertLen(seen["tools"], 1)
+    name, desc = seen["tools"][0]
+    self.assertEqual(name, "programmatic_tool_call")
+    self.assertIn("add(a: number, b: number)", desc)
+    first, second = seen["first"], seen["second"]
+    self.assertFalse(first.is_error)
+    self.assertEqual(first.content[0].text, "15\n")
+    self.assertEqual(first.structured_content["tool_calls"], 5)
+    self.assertTrue(second.is_error)
+    self.assertTrue(second.content[0].text.startswith("30\n"))
+    self.assertIn("RuntimeError: server says no", second.structured_content["error"])
+    self.assertGreaterEqual(len(seen["running"]), 3)  # server, bwrap, kernel
+    time.sleep(0.3)
+    left = [p for p in seen["running"] if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    self.assertEqual(left, [])
+
+
+if __name__ == "__main__":
+  absltest.main()

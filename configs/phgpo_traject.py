@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       advantage=dict(estimator="grpo", eps=1e-6, ddof=0))
   c.curriculum = dict(steps=50, lambda_start=0.5, p_tf_start=0.5, horizon_start=3)
   c.pheromone = dict(
-      rho=0.05, alpha=0.02, tau_init=0.5, tau_min=0.01, tau_max=1.0, arg_rho=0.05, arg_alpha=0.02,
+      rho=0.05, alpha=0.02, tau_init=0.5, tau_min=0.1, tau_max=1.0, arg_rho=0.05, arg_alpha=0.02,
       beta_max=0.7, w_max=0.5, kappa=1.0, bank_capacity=4096, top_k_similar=16)
   c.sampling = dict(top_k=20, temperature=0.7)
   c.eval = dict(temperature=0.0)

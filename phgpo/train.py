@@ -732,26 +732,46 @@ def run_seed(config, problem: Problem, compiled: Compiled, workdir: str, *, seed
                 beta_max=beta_max, w_max=w_max, progress=progress)
     res = evaluate(config, compiled, st["params"], st["pheromone"], problem, beta=beta_max, w=w_max,
                    seed=seed)
+    if beta_max > 0:
+      # The same policy decoded without the pheromone: what the network itself learned.
+      res["policy_only"] = evaluate(config, compiled, st["params"], st["pheromone"], problem, beta=0.0,
+                                    w=0.0, seed=seed)
     res["train_seconds"] = time.time() - t0
     _write_json(res_path, res)
     out[kind] = res
   return out
 
 
-ROW_NAMES = {"warmup": "warm-up only", "grpo": "GRPO (beta = 0)", "phgpo": "PhGPO"}
+ROW_NAMES = {"warmup": "warm-up only", "grpo": "GRPO (beta = 0)", "phgpo": "PhGPO",
+             "phgpo/policy_only": "  PhGPO, no pheromone at test"}
 
 
 def format_table(results: dict[int, dict[str, dict]], runs: Sequence[str]) -> str:
-  """Held-out table: mean +- std (population) over seeds of match ratio, exact match and success (%)."""
+  """Held-out table: mean +- std (population) over seeds of match ratio, exact match and success (%).
+
+  PhGPO is decoded as trained (argmax of log pi + beta_max log tau); the indented row below it decodes the
+  same PhGPO-trained policy with beta = 0, separating what the pheromone adds at test time.
+  """
   seeds = sorted(results)
   lines = [f"Held-out TRAJECT-Bench, {len(seeds)} seed(s) {seeds}: mean +- std, percent",
-           f"{'policy':<18} {'match ratio':>16} {'exact match':>16} {'success':>16}"]
+           f"{'policy':<30} {'match ratio':>16} {'exact match':>16} {'success':>16}"]
+  rows = []
   for kind in runs:
+    rows.append(kind)
+    if kind == "phgpo":
+      rows.append("phgpo/policy_only")
+  for row in rows:
+    kind, _, sub = row.partition("/")
+    per_seed = [results[s][kind] for s in seeds if kind in results[s]]
+    if sub:
+      per_seed = [r[sub] for r in per_seed if sub in r]
     cells = []
     for metric in ("match_ratio", "exact_match", "success"):
-      vals = np.array([results[s][kind][metric] for s in seeds if kind in results[s]]) * 100
+      vals = np.array([r[metric] for r in per_seed]) * 100
       cells.append(f"{vals.mean():7.2f} +- {vals.std():5.2f}" if len(vals) else "n/a")
-    lines.append(f"{ROW_NAMES.get(kind, kind):<18} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}")
+    if sub and not per_seed:
+      continue
+    lines.append(f"{ROW_NAMES.get(row, row):<30} {cells[0]:>16} {cells[1]:>16} {cells[2]:>16}")
   return "\n".join(lines)
 
 

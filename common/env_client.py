@@ -444,6 +444,18 @@ class EnvClient:
     """Future -> StepResult, or EnvError."""
     return self._submit(self._step_async(call, self._timeout(timeout_s), slot))
 
+  def submit_step_batch(self, items, *, timeout_s: float | None = None):
+    """Future -> list of StepResult or EnvError('env_exception'), one per (slot, call) of `items`.
+
+    One message for all slots (`env_step_batch`): the round trip is paid once per batch. A crash or
+    hang of the worker fails the whole future with EnvError('crash' / 'timeout').
+    """
+    return self._submit(self._step_batch_async(list(items), self._timeout(timeout_s)))
+
+  def submit_reset_batch(self, items, *, timeout_s: float | None = None):
+    """Future -> list of first observations (str) or EnvError, one per (slot, task_id, seed)."""
+    return self._submit(self._reset_batch_async(list(items), self._timeout(timeout_s)))
+
   def reset(self, task_id: str, seed: int = 0, *, timeout_s: float | None = None,
             slot: int = 0) -> str:
     """Starts an episode (in episode slot `slot`); returns the first observation."""
@@ -554,6 +566,23 @@ class EnvClient:
         "env_step", {"name": call.get("name"), "arguments": call.get("arguments") or {},
                      "slot": int(slot)}, timeout_s)
     return StepResult(out["observation"], out["status"], bool(out["done"]), dict(out["info"]))
+
+  async def _step_batch_async(self, items, timeout_s):
+    steps = []
+    for slot, call in items:
+      if not isinstance(call, dict):
+        raise TypeError(f"step() takes a dict {{'name', 'arguments'}}, got {type(call).__name__}")
+      steps.append({"slot": int(slot), "name": call.get("name"), "arguments": call.get("arguments") or {}})
+    out = await self._control_async("env_step_batch", {"steps": steps}, timeout_s)
+    return [EnvError("env_exception", r["exception"]) if "exception" in r
+            else StepResult(r["observation"], r["status"], bool(r["done"]), dict(r["info"]))
+            for r in out["results"]]
+
+  async def _reset_batch_async(self, items, timeout_s):
+    eps = [{"slot": int(slot), "task_id": str(tid), "seed": int(seed)} for slot, tid, seed in items]
+    out = await self._control_async("env_reset_batch", {"episodes": eps}, timeout_s)
+    return [EnvError("env_exception", r["exception"]) if "exception" in r else r["observation"]
+            for r in out["results"]]
 
   def _cleanup(self):
     self.closed = True

@@ -22,6 +22,14 @@ arguments, plus the episode-control tools
   env_step {name: str, arguments: object, slot}
                                              -> the step; accepts names the env does not list (the
                                                 env answers them with its own error observation)
+  env_step_batch {steps: [{slot, name, arguments}]}
+                                             -> structured {'results': [step or {'exception': str}]}:
+                                                many slots' steps in one message (one round trip per
+                                                decision instead of one per trajectory); one slot's
+                                                exception does not stop the others
+  env_reset_batch {episodes: [{slot, task_id, seed}]}
+                                             -> structured {'results': [{'observation'} or
+                                                {'exception'}]}
   env_query {method: str, kwargs: object}    -> structured {'result': ...}
   env_close {}                               -> closes the environment; the process exits when its
                                                 stdin closes
@@ -54,7 +62,7 @@ import sys
 import traceback
 from typing import Any, Callable
 
-CONTROL_TOOLS = ("env_reset", "env_step", "env_query", "env_close")
+CONTROL_TOOLS = ("env_reset", "env_step", "env_step_batch", "env_reset_batch", "env_query", "env_close")
 
 _log = logging.getLogger("common.env_server")
 
@@ -98,6 +106,12 @@ _CONTROL_SCHEMAS = {
                                                    "arguments": {"type": "object"},
                                                    "slot": {"type": "integer"}},
                   "required": ["name"]}),
+    "env_step_batch": ("Apply one tool call to each of several episode slots.",
+                       {"type": "object", "properties": {"steps": {"type": "array"}},
+                        "required": ["steps"]}),
+    "env_reset_batch": ("Start episodes in several slots.",
+                        {"type": "object", "properties": {"episodes": {"type": "array"}},
+                         "required": ["episodes"]}),
     "env_query": ("Call one of the environment's read-only query methods.",
                   {"type": "object", "properties": {"method": {"type": "string"},
                                                     "kwargs": {"type": "object"}},
@@ -157,6 +171,24 @@ class EnvHost:
       out = self.step({"name": args.get("name"), "arguments": args.get("arguments") or {}},
                       args.get("slot", 0))
       return {"text": out["observation"], "structured": out}
+    if name == "env_step_batch":
+      results = []
+      for item in args.get("steps") or []:
+        try:
+          results.append(self.step({"name": item.get("name"), "arguments": item.get("arguments") or {}},
+                                   item.get("slot", 0)))
+        except Exception as e:  # pylint: disable=broad-except
+          results.append({"exception": f"{type(e).__name__}: {e}"})
+      return {"text": f"{len(results)} steps", "structured": {"results": results}}
+    if name == "env_reset_batch":
+      results = []
+      for item in args.get("episodes") or []:
+        try:
+          obs = self.slot(item.get("slot", 0)).reset(str(item["task_id"]), int(item.get("seed", 0)))
+          results.append({"observation": str(obs)})
+        except Exception as e:  # pylint: disable=broad-except
+          results.append({"exception": f"{type(e).__name__}: {e}"})
+      return {"text": f"{len(results)} resets", "structured": {"results": results}}
     if name == "env_query":
       method = args.get("method")
       if method not in self.query_methods:

@@ -184,6 +184,16 @@ def make_optimizer(learning_rate: float, grad_clip: float, policy=None) -> optax
   return tx
 
 
+def _commit(tree):
+  """Places every leaf on the default device as a committed array.
+
+  Arrays restored by Orbax are committed and freshly made ones are not; jit keys its cache on that, so
+  without this a resumed run would recompile every step function once more.
+  """
+  dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return jax.device_put(tree, dev)
+
+
 def init_state(config, policy, problem, *, seed: int, learning_rate: float, params=None) -> dict:
   """The whole train state as one pytree: params, optimizer state, pheromone, RNG key data, step."""
   key = jax.random.key(seed)
@@ -455,9 +465,6 @@ class EnvGroup:
         max_steps=self._config.env.max_steps, horizon=self._config.env.horizon)
     return env_client.EnvClient(spec, step_timeout_s=self._config.env.step_timeout_s)
 
-  def _where(self, i: int):
-    return self._clients[i % self.num_workers], i // self.num_workers
-
   def reset_all(self, task_ids: Sequence[str], seeds: Sequence[int]) -> list:
     """Starts episode i on task_ids[i]; returns per episode the first observation or the exception."""
     if not self.sandboxed:
@@ -468,21 +475,37 @@ class EnvGroup:
         logging.warning("replacing environment worker %d (%s)", w, c.pid)
         c.close()
         self._clients[w] = self._start_worker()
-    futs = []
+    per_worker = [[] for _ in self._clients]
     for i, tid in enumerate(task_ids):
-      c, k = self._where(i)
-      futs.append(c.submit_reset(tid, seeds[i], slot=k))
-    return [self._guard(f.result) for f in futs]
+      per_worker[i % self.num_workers].append((i // self.num_workers, tid, seeds[i]))
+    futs = [c.submit_reset_batch(items) for c, items in zip(self._clients, per_worker)]
+    return self._gather(futs, len(task_ids))
 
   def step_many(self, items: Sequence[tuple[int, dict]]) -> list:
     """Steps episode i with call for each (i, call); returns StepResults or exceptions, in order."""
     if not self.sandboxed:
       return [self._guard(lambda i=i, c=c: self._envs[i].step(c)) for i, c in items]
-    futs = []
-    for i, call in items:
-      c, k = self._where(i)
-      futs.append(c.submit_step(call, slot=k))
-    return [self._guard(f.result) for f in futs]
+    per_worker = [[] for _ in self._clients]
+    order = [[] for _ in self._clients]
+    for j, (i, call) in enumerate(items):
+      per_worker[i % self.num_workers].append((i // self.num_workers, call))
+      order[i % self.num_workers].append(j)
+    futs = [c.submit_step_batch(b) for c, b in zip(self._clients, per_worker)]
+    out = [None] * len(items)
+    for w, f in enumerate(futs):
+      res = self._guard(f.result)
+      for pos, j in enumerate(order[w]):
+        out[j] = res[pos] if isinstance(res, list) else res
+    return out
+
+  def _gather(self, futs, n: int) -> list:
+    """Results of per-worker batch futures back in episode order (worker w holds i % W == w)."""
+    out = [None] * n
+    for w, f in enumerate(futs):
+      res = self._guard(f.result)
+      for pos, i in enumerate(range(w, n, self.num_workers)):
+        out[i] = res[pos] if isinstance(res, list) else res
+    return out
 
   @staticmethod
   def _guard(fn):
@@ -569,6 +592,7 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
   ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
                              save_every=config.checkpoint.every)
   state, start = ck.restore_or_init(state)
+  state = _commit(state)
   start = 0 if start is None else start
   writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
 
@@ -622,6 +646,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
                              save_every=config.checkpoint.every)
   state, start = ck.restore_or_init(state)
+  state = _commit(state)
   start = 0 if start is None else start
   writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
   m = rc.rollouts_per_task

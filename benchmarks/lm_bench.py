@@ -1,0 +1,143 @@
+"""Language-model throughput: ours (JAX/Flax, `common/lm`) vs transformers' PyTorch, same weights, same run.
+
+Measures, for a Qwen2-shaped random model of about 100M parameters (hidden 768, 12 layers, 12 query / 2
+key-value heads, SwiGLU 2048, vocabulary 32000, tied embeddings) at batch 8:
+  generation tokens/s: greedy, 64-token prompts, 64 new tokens, no early stop (KV cache on both sides);
+  training tokens/s:   forward + backward of the mean next-token loss over 8 x 128 tokens, all weights.
+and prints ours / reference ratios (> 1 = ours faster). Compile time is reported separately and excluded
+from the rates (it is paid once per shape bucket). Both sides use float32 and every CPU core.
+
+Run:  python -m benchmarks.lm_bench            (the ~100M model; a few minutes on 2 cores)
+      python -m benchmarks.lm_bench --quick    (a tiny shape, seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common.lm import loading
+from common.lm import model as model_lib
+from common.lm import sampling
+from common.lm import testing
+from common.lm.config import ModelConfig, to_hf_config
+
+FULL = dict(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
+            num_kv_heads=2, head_dim=64, batch=8, prompt=64, new=64, train_len=128, reps=3)
+QUICK = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+             num_kv_heads=2, head_dim=16, batch=8, prompt=16, new=16, train_len=32, reps=3)
+
+
+def _race(ours, ref, reps):
+  """Best-of-`reps` wall time of each, measured alternately (ours, ref, ours, ...) so that a change in
+  the load of a shared machine hits both sides alike."""
+  best = [float("inf"), float("inf")]
+  for _ in range(reps):
+    for i, fn in enumerate((ours, ref)):
+      t = time.perf_counter()
+      fn()
+      best[i] = min(best[i], time.perf_counter() - t)
+  return best
+
+
+def run(quick: bool = False) -> dict:
+  """Run the benchmark; returns a dict of rates (tokens/s), ratios and compile times."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  s = QUICK if quick else FULL
+  cfg = ModelConfig(family="qwen2", vocab_size=s["vocab_size"], hidden_size=s["hidden_size"],
+                    intermediate_size=s["intermediate_size"], num_layers=s["num_layers"],
+                    num_heads=s["num_heads"], num_kv_heads=s["num_kv_heads"], head_dim=s["head_dim"],
+                    qkv_bias=True, tie_embeddings=True, max_position_embeddings=4096)
+  host = testing.random_params(cfg, seed=0, std=0.02)
+  params = jax.tree_util.tree_map(jnp.asarray, host)
+  hf = transformers.AutoModelForCausalLM.from_config(to_hf_config(cfg, dtype="float32")).float().eval()
+  state = {k: torch.from_numpy(np.array(v)) for k, v in loading.to_hf_tensors(host, cfg).items()}
+  missing, unexpected = hf.load_state_dict(state, strict=False)
+  assert not unexpected and all("lm_head" in m for m in missing), (missing, unexpected)
+  hf.tie_weights()
+  b, p, n, t_len, reps = s["batch"], s["prompt"], s["new"], s["train_len"], s["reps"]
+  rng = np.random.default_rng(0)
+  prompt = rng.integers(0, cfg.vocab_size, (b, p)).astype(np.int32)
+  pmask = np.ones_like(prompt)
+  out = {"model": {k: s[k] for k in ("vocab_size", "hidden_size", "num_layers", "batch", "prompt", "new",
+                                     "train_len")},
+         "params_millions": round(cfg.num_params() / 1e6, 1), "cpu_threads_torch": torch.get_num_threads(),
+         "jax_devices": jax.device_count()}
+
+  # Generation.
+  greedy = sampling.SamplingConfig(temperature=0.0)
+  jp, jm = jnp.asarray(prompt), jnp.asarray(pmask)
+
+  def ours_gen():
+    return jax.block_until_ready(sampling.generate(params, jp, jm, jax.random.key(0), config=cfg,
+                                                   max_new_tokens=n, sampling=greedy, stop_tokens=[-1]))
+  t0 = time.perf_counter()
+  ours_tokens = np.asarray(ours_gen().tokens)
+  out["gen_compile_s"] = round(time.perf_counter() - t0, 2)
+
+  tp, tm = torch.tensor(prompt, dtype=torch.long), torch.tensor(pmask, dtype=torch.long)
+
+  def ref_gen():
+    with torch.no_grad():
+      return hf.generate(input_ids=tp, attention_mask=tm, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                         eos_token_id=None, pad_token_id=0)
+  ref_tokens = ref_gen().numpy()[:, p:]
+  t_ours, t_ref = _race(ours_gen, ref_gen, reps)
+  out["gen_tokens_per_s_ours"] = round(b * n / t_ours, 1)
+  out["gen_tokens_per_s_ref"] = round(b * n / t_ref, 1)
+  out["gen_ratio"] = round(t_ref / t_ours, 3)
+  out["gen_greedy_token_agreement"] = float(np.mean(ours_tokens == ref_tokens))
+
+  # Training: forward + backward of the mean next-token cross-entropy, all weights.
+  toks = rng.integers(0, cfg.vocab_size, (b, t_len)).astype(np.int32)
+
+  @jax.jit
+  def ours_grad(params, toks):
+    def loss(params):
+      return -jnp.mean(model_lib.token_logprobs(params, toks, None, config=cfg)[:, 1:])
+    return jax.value_and_grad(loss)(params)
+
+  jt = jnp.asarray(toks)
+  t0 = time.perf_counter()
+  jax.block_until_ready(ours_grad(params, jt))
+  out["train_compile_s"] = round(time.perf_counter() - t0, 2)
+
+  tt = torch.tensor(toks, dtype=torch.long)
+  hf.train()
+
+  def ref_step():
+    hf.zero_grad(set_to_none=True)
+    logits = hf(input_ids=tt).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                             tt[:, 1:].reshape(-1))
+    loss.backward()
+    return loss
+  ref_step()
+  t_ours, t_ref = _race(lambda: jax.block_until_ready(ours_grad(params, jt)), ref_step, reps)
+  out["train_tokens_per_s_ours"] = round(b * t_len / t_ours, 1)
+  out["train_tokens_per_s_ref"] = round(b * t_len / t_ref, 1)
+  out["train_ratio"] = round(t_ref / t_ours, 3)
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--quick", action="store_true", help="tiny shape (seconds)")
+  args = ap.parse_args()
+  res = run(quick=args.quick)
+  print(json.dumps(res, indent=2))
+  print(f"generation: ours {res['gen_tokens_per_s_ours']} tok/s vs transformers {res['gen_tokens_per_s_ref']} "
+        f"tok/s -> ratio {res['gen_ratio']}x")
+  print(f"training (fwd+bwd): ours {res['train_tokens_per_s_ours']} tok/s vs transformers "
+        f"{res['train_tokens_per_s_ref']} tok/s -> ratio {res['train_ratio']}x")
+
+
+if __name__ == "__main__":
+  main()

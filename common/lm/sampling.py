@@ -1,0 +1,226 @@
+"""Batched generation with a KV cache, and the teacher-forced log-probs that match it.
+
+Algorithm (one compiled program per (batch, prompt bucket, new-token bucket, SamplingConfig)):
+  1. Prefill: the left-padded prompt [B, P] fills cache slots 0..P-1 (positions count real tokens only).
+  2. `lax.while_loop` over steps n = 0..N-1 while some row is unfinished: draw token n of every row from
+     the last logits, record it with its log-prob, mark rows that emitted one of their stop tokens or
+     reached their own max-new-tokens, then run that token through the decoder at slot P + n.
+  Rows stay aligned (one slot per step for all rows), so cache writes are dynamic_update_slice, never a
+  scatter with sharded indices.
+
+Sampling: logits / temperature, then top-k (keep the k largest) and top-p (keep the smallest set of most
+likely tokens whose probability reaches p, always at least one), then a categorical draw; temperature 0
+means greedy (argmax). Reported log-probs: log softmax(logits / T)[token] of the *untruncated* tempered
+distribution (T = 1 when greedy) -- the quantity a policy-gradient ratio needs and exactly what
+`completion_logprobs` recomputes under teacher forcing. The choice (untruncated) follows common RL practice
+(e.g. verl); top-k/top-p only shape which tokens are drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common.lm import model as model_lib
+from common.lm.config import ModelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """Static sampling settings (config `sampling.*`).
+
+  Attributes:
+    temperature: > 0 samples at that temperature; 0 = greedy.
+    top_k: 0 = off; otherwise keep the k most likely tokens.
+    top_p: 1.0 = off; otherwise nucleus sampling with mass p.
+  """
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+
+
+class SampleOutput(NamedTuple):
+  """Result of `generate`.
+
+  Attributes:
+    tokens: i32[B, N] generated tokens (pad_id after a row finished).
+    logprobs: f32[B, N] log-prob of each generated token (see module docstring), 0 where mask is 0.
+    mask: bool[B, N], True for generated tokens up to and including the stop token.
+    lengths: i32[B] number of generated tokens per row (= mask.sum(-1)).
+  """
+  tokens: jax.Array
+  logprobs: jax.Array
+  mask: jax.Array
+  lengths: jax.Array
+
+
+def _filter_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
+  """Tempered logits with everything outside top-k / top-p set to -inf. logits f32[B, V]."""
+  x = logits / jnp.float32(cfg.temperature)
+  neg = jnp.float32(-jnp.inf)
+  if cfg.top_k and cfg.top_k < x.shape[-1]:
+    kth = jax.lax.top_k(x, cfg.top_k)[0][:, -1:]
+    x = jnp.where(x < kth, neg, x)
+  if cfg.top_p < 1.0:
+    srt = jnp.sort(x, axis=-1)[:, ::-1]
+    probs = jax.nn.softmax(srt, axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs          # mass strictly above each sorted token
+    keep = before < jnp.float32(cfg.top_p)               # the first token is always kept
+    cutoff = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
+    x = jnp.where(x < cutoff, neg, x)
+  return x
+
+
+def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
+  """Draw one token per row. logits f32[B, V] -> (i32[B] token, f32[B] log-prob as in the module doc)."""
+  if cfg.temperature == 0:
+    tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    lp_all = jax.nn.log_softmax(logits, axis=-1)
+  else:
+    tok = jax.random.categorical(key, _filter_logits(logits, cfg), axis=-1).astype(jnp.int32)
+    lp_all = jax.nn.log_softmax(logits / jnp.float32(cfg.temperature), axis=-1)
+  return tok, jnp.take_along_axis(lp_all, tok[:, None], axis=-1)[:, 0]
+
+
+def _generate(params, prompt, prompt_mask, stop_tokens, max_new, key, *, config: ModelConfig,
+              num_new: int, sampling: SamplingConfig, pad_id: int) -> SampleOutput:
+  b, p = prompt.shape
+  s = p + num_new
+  prompt_mask = prompt_mask.astype(bool)
+  key_valid = jnp.concatenate([prompt_mask, jnp.ones((b, num_new), bool)], axis=1)        # [B, S]
+  slots = jnp.arange(s)
+  cache = model_lib.init_cache(config, b, s)
+  # Prefill.
+  pos = model_lib.positions_from_mask(prompt_mask)
+  mask = (slots[None, None, :] <= jnp.arange(p)[None, :, None]) & key_valid[:, None, :]    # [B, P, S]
+  logits, cache = model_lib.decode_step(params, prompt, pos, mask, cache, jnp.int32(0), config=config)
+  last_logits = logits[:, -1]
+  next_pos = jnp.sum(prompt_mask, axis=1).astype(jnp.int32)                                 # [B]
+
+  def cond(carry):
+    n, done = carry[0], carry[3]
+    return (n < num_new) & ~jnp.all(done)
+
+  def body(carry):
+    n, cache, last_logits, done, cur_pos, toks, lps, valid, key = carry
+    key, sub = jax.random.split(key)
+    tok, lp = sample_token(last_logits, sub, sampling)
+    alive = ~done
+    tok = jnp.where(alive, tok, pad_id)
+    lp = jnp.where(alive, lp, 0.0)
+    toks = jax.lax.dynamic_update_slice(toks, tok[:, None], (0, n))
+    lps = jax.lax.dynamic_update_slice(lps, lp[:, None], (0, n))
+    valid = jax.lax.dynamic_update_slice(valid, alive[:, None], (0, n))
+    is_stop = jnp.any(tok[:, None] == stop_tokens, axis=1)
+    done = done | (alive & is_stop) | (n + 1 >= max_new)
+    slot = p + n
+    step_mask = ((slots <= slot)[None, :] & key_valid)[:, None, :]                           # [B, 1, S]
+    logits, cache = model_lib.decode_step(params, tok[:, None], cur_pos[:, None], step_mask, cache,
+                                          slot.astype(jnp.int32), config=config)
+    return (n + 1, cache, logits[:, 0], done, cur_pos + 1, toks, lps, valid, key)
+
+  init = (jnp.int32(0), cache, last_logits, max_new <= 0, next_pos,
+          jnp.full((b, num_new), pad_id, jnp.int32), jnp.zeros((b, num_new), jnp.float32),
+          jnp.zeros((b, num_new), bool), key)
+  out = jax.lax.while_loop(cond, body, init)
+  toks, lps, valid = out[5], out[6], out[7]
+  return SampleOutput(toks, lps, valid, valid.sum(axis=1).astype(jnp.int32))
+
+
+_generate_jit = jax.jit(_generate, static_argnames=("config", "num_new", "sampling", "pad_id"))
+
+
+def generate(params: Any, prompt: jax.Array, prompt_mask: jax.Array, key: jax.Array, *,
+             config: ModelConfig, max_new_tokens: int, sampling: SamplingConfig = SamplingConfig(),
+             stop_tokens: Any = None, row_max_new_tokens: Any = None, pad_id: int = 0) -> SampleOutput:
+  """Sample continuations of a left-padded batch of prompts (jitted; one compile per shape and setting).
+
+  Args:
+    params: parameter pytree (may be sharded; the batch may be sharded over the mesh's data axes).
+    prompt: i32[B, P] left-padded prompt tokens (use `left_pad` / `bucket_length` to keep P to a few
+      bucket sizes: a new P or N means a new compile).
+    prompt_mask: i32/bool[B, P], 1 = real token. Every row needs at least one real token.
+    key: PRNG key (unused when greedy).
+    config: static ModelConfig.
+    max_new_tokens: static N, the length of the output arrays.
+    sampling: static SamplingConfig.
+    stop_tokens: i32[B, S] per-row stop ids padded with -1, or i32[S] shared by all rows, or None
+      (= config.eos_token_ids). The stop token is kept (mask True) and ends the row.
+    row_max_new_tokens: i32[B] per-row limits <= N, or None (= N).
+    pad_id: token written after a row has finished.
+  Returns:
+    SampleOutput(tokens i32[B, N], logprobs f32[B, N], mask bool[B, N], lengths i32[B]).
+  Raises:
+    AssertionError at trace time on wrong ranks/dtypes.
+  """
+  chex.assert_rank([prompt, prompt_mask], 2)
+  chex.assert_type(prompt, jnp.int32)
+  b = prompt.shape[0]
+  if stop_tokens is None:
+    stop_tokens = list(config.eos_token_ids) or [-1]
+  stop = jnp.asarray(stop_tokens, jnp.int32)
+  if stop.ndim == 1:
+    stop = jnp.broadcast_to(stop[None], (b, stop.shape[0]))
+  chex.assert_rank(stop, 2)
+  if row_max_new_tokens is None:
+    row_max_new_tokens = jnp.full((b,), max_new_tokens, jnp.int32)
+  row_max = jnp.asarray(row_max_new_tokens, jnp.int32)
+  return _generate_jit(params, prompt, jnp.asarray(prompt_mask), stop, row_max, key, config=config,
+                       num_new=int(max_new_tokens), sampling=sampling, pad_id=int(pad_id))
+
+
+def completion_logprobs(params: Any, prompt: jax.Array, prompt_mask: jax.Array, completion: jax.Array,
+                        completion_mask: jax.Array, *, config: ModelConfig,
+                        temperature: float = 1.0) -> jax.Array:
+  """Teacher-forced log-probs of a completion after its (left-padded) prompt: the training twin of `generate`.
+
+  out[b, n] = log softmax(logits(prompt_b, completion_b[<n]) / T)[completion[b, n]], 0 where the
+  completion mask is 0. Equals `generate(...).logprobs` for the same tokens and temperature (T = 1 for
+  greedy samples).
+
+  Args:
+    prompt, prompt_mask: i32[B, P], i32/bool[B, P] (left-padded).
+    completion, completion_mask: i32[B, N], bool[B, N] (as returned by `generate`).
+  Returns:
+    f32[B, N].
+  """
+  chex.assert_rank([prompt, prompt_mask, completion, completion_mask], 2)
+  tokens = jnp.concatenate([prompt, completion], axis=1)
+  mask = jnp.concatenate([prompt_mask.astype(bool), completion_mask.astype(bool)], axis=1)
+  lp = model_lib.token_logprobs(params, tokens, mask, config=config, temperature=temperature)
+  return lp[:, prompt.shape[1]:]
+
+
+def bucket_length(n: int, *, buckets: Sequence[int] = (), minimum: int = 16) -> int:
+  """The bucket a length n is padded to: the smallest of `buckets` >= n, else the next power of two."""
+  for b in sorted(buckets):
+    if b >= n:
+      return int(b)
+  return int(max(minimum, 1 << max(0, (n - 1)).bit_length()))
+
+
+def left_pad(seqs: Sequence[Sequence[int]], *, length: int | None = None, pad_id: int = 0,
+             buckets: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
+  """Left-pad token lists to one length (default: their bucket). Returns (i32[B, P] ids, i32[B, P] mask).
+
+  Raises:
+    ValueError if a sequence is longer than `length` or empty.
+  """
+  longest = max(len(s) for s in seqs)
+  if any(len(s) == 0 for s in seqs):
+    raise ValueError("left_pad: every prompt needs at least one token.")
+  length = bucket_length(longest, buckets=buckets) if length is None else length
+  if longest > length:
+    raise ValueError(f"left_pad: a sequence has {longest} tokens, more than length={length}.")
+  ids = np.full((len(seqs), length), pad_id, np.int32)
+  mask = np.zeros((len(seqs), length), np.int32)
+  for i, s in enumerate(seqs):
+    ids[i, length - len(s):] = np.asarray(s, np.int32)
+    mask[i, length - len(s):] = 1
+  return ids, mask
+

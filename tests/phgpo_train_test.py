@@ -177,3 +177,38 @@ class LauncherTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class LMPolicyTrainTest(absltest.TestCase):
+  """PhGPO with `policy.kind = 'lm'` on a tiny random Qwen2 checkpoint written by the test."""
+
+  def test_warmup_and_rl_steps_with_lm_policy(self):
+    c = phgpo_traject.get_config("smoke_lm")
+    c.encoder.cache_dir = self.create_tempdir().full_path  # the tiny checkpoint is written here
+    c.data.max_tasks = 20
+    c.warmup.steps = 2
+    c.rl.steps = 2
+    c.curriculum.steps = 1
+    c.env.sandboxed = False
+    problem = train.prepare_problem(c)
+    policy = train.make_policy(c, problem)
+    self.assertTrue(policy.uses_observations)
+    compiled = train.Compiled(c, policy, problem)
+    d = self.create_tempdir().full_path
+    warm = train.run_warmup(c, problem, compiled, os.path.join(d, "w"), seed=0, progress=False)
+    st = train.run_rl(c, problem, compiled, os.path.join(d, "r"), seed=0, init_params=warm["params"],
+                      beta_max=0.7, w_max=0.5, progress=False)
+    self.assertEqual(int(st["step"]), 2)
+    rows = [json.loads(l) for l in open(os.path.join(d, "r", "metrics.jsonl"))]
+    self.assertTrue(all(np.isfinite(r["rl/loss"]) for r in rows))
+    # Only the LoRA adapters and the tool head moved; the base weights are the checkpoint's.
+    base = policy.lm.base_params()
+    moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))),
+                         st["params"]["lm"]["embed"], base["embed"])
+    self.assertFalse(any(jax.tree.leaves(moved)))
+    head_moved = np.any(np.asarray(st["params"]["tool_head"]["kernel"])
+                        != np.asarray(warm["params"]["tool_head"]["kernel"]))
+    self.assertTrue(head_moved)
+    res = train.evaluate(c, compiled, st["params"], st["pheromone"], problem, beta=0.7, w=0.5,
+                         task_idx=problem.eval_idx[:3])
+    self.assertBetween(res["match_ratio"], 0.0, 1.0)

@@ -1,0 +1,424 @@
+"""The task-synthesis framework: domains (a database, a workspace, tools) and tasks over them.
+
+A *domain* owns the environment state s_E of ProgAgent (SPEC.md, ProgAgent): a SQLite database D (schema +
+seeded generator), a workspace W of files, and single-purpose tools whose implementations are hidden Python
+functions over D and W. A *task* adds an instruction, a binary verifier R in {0, 1}, a PTC oracle program and
+a "plausible wrong" solution. The DTC oracle is derived from the PTC program (progagent/tasks/oracle.py).
+
+SCALE: level k in {0, 1, 2, 3} (v0..v3) multiplies every scaled table's row count by 2**k; workspace files that
+carry data grow too (4 * 2**k of them, next to 8 fixed documents: 12 / 16 / 24 / 40 files). Instruction, tools
+and verifier never depend on the level: state size is the only thing that changes.
+Source: ProgAgent (2026), "task synthesis with environment-state scaling" (SPEC.md, ProgAgent).
+
+Determinism: the generator draws from random.Random(f"{domain}|{seed}|{level}") only (str seeds hash with
+SHA-512 in CPython, so they are stable across processes and PYTHONHASHSEED).
+
+Tool results are JSON values (dict, list, number, bool): never a bare string, so that a client can always
+decode them unambiguously. A tool signals a failure the agent caused by raising `ToolError(message)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import itertools
+import math
+import pathlib
+import random
+import sqlite3
+from typing import Any, Callable, Mapping, Sequence
+
+LEVELS = (0, 1, 2, 3)
+FIXED_DOCS = 8          # documents every workspace holds at every level
+DATA_FILES_PER_UNIT = 4  # data-carrying files per unit of scale (x 2**level)
+TODAY = "2024-07-01"     # the fixed "today" of every instruction
+
+
+class ToolError(Exception):
+  """A tool call failed because of its arguments or the state (status 'failed'; the agent sees the text)."""
+
+
+def level_factor(level: int) -> int:
+  """2**level for level in LEVELS; ValueError naming the valid levels otherwise."""
+  if isinstance(level, bool) or level not in LEVELS:
+    raise ValueError(f"scale level must be one of {LEVELS} (v0..v3), got {level!r}")
+  return 2 ** level
+
+
+def n_data_files(f: int) -> int:
+  """Data-carrying workspace files at scale factor f = 2**level: 4 * f."""
+  return DATA_FILES_PER_UNIT * f
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+_JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
+               "array": list, "object": dict}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolDef:
+  """One single-purpose tool.
+
+  Attributes:
+    name: tool name (MCP).
+    description: one or two sentences for the agent.
+    params: parameter name -> JSON-schema property ({'type': ..., 'description': ...}).
+    required: names of required parameters.
+    fn: the hidden implementation, fn(ctx, **arguments) -> JSON value; raises ToolError.
+  """
+  name: str
+  description: str
+  params: Mapping[str, dict]
+  required: tuple[str, ...]
+  fn: Callable[..., Any]
+
+  def mcp(self) -> dict:
+    """MCP tools/list entry."""
+    return {"name": self.name, "description": self.description,
+            "inputSchema": {"type": "object", "properties": {k: dict(v) for k, v in self.params.items()},
+                            "required": list(self.required)}}
+
+  def check_arguments(self, arguments: Mapping[str, Any]) -> str | None:
+    """What is wrong with `arguments` for this tool's schema, or None."""
+    unknown = sorted(set(arguments) - set(self.params))
+    if unknown:
+      return (f"unknown parameter(s) {unknown} for tool {self.name!r}; its parameters are "
+              f"{sorted(self.params) or 'none'}")
+    missing = [k for k in self.required if k not in arguments]
+    if missing:
+      return f"missing required parameter(s) {missing} for tool {self.name!r}"
+    for k, v in arguments.items():
+      t = self.params[k].get("type")
+      py = _JSON_TYPES.get(t) if isinstance(t, str) else None
+      if py is None or v is None and k not in self.required:
+        continue
+      if isinstance(v, bool) and t in ("integer", "number") or not isinstance(v, py):
+        return f"parameter {k!r} of tool {self.name!r} must be of JSON type {t}, got {type(v).__name__}"
+    return None
+
+
+def tool(name: str, description: str, fn: Callable[..., Any], *, required: Sequence[str] = (),
+         **params: dict) -> ToolDef:
+  """Builds a ToolDef; `params` maps each parameter name to its JSON-schema property."""
+  return ToolDef(name, description, dict(params), tuple(required), fn)
+
+
+def p_str(description: str, enum: Sequence[str] | None = None) -> dict:
+  d = {"type": "string", "description": description}
+  if enum:
+    d["enum"] = list(enum)
+  return d
+
+
+def p_int(description: str) -> dict:
+  return {"type": "integer", "description": description}
+
+
+def p_num(description: str) -> dict:
+  return {"type": "number", "description": description}
+
+
+# ------------------------------------------------------------------------------------------------ state
+
+
+class Ctx:
+  """The state of one episode handed to generators, tools and verifiers: the database and the workspace.
+
+  Args:
+    conn: an open sqlite3 connection (row_factory is set to sqlite3.Row here).
+    workspace: the workspace directory (the only part of the state a sandboxed program may see).
+  """
+
+  def __init__(self, conn: sqlite3.Connection, workspace: pathlib.Path):
+    self.conn = conn
+    self.conn.row_factory = sqlite3.Row
+    self.workspace = pathlib.Path(workspace)
+
+  def q(self, sql: str, *args: Any) -> list[dict]:
+    """Rows of a query as dicts."""
+    return [dict(r) for r in self.conn.execute(sql, args)]
+
+  def q1(self, sql: str, *args: Any) -> dict | None:
+    r = self.conn.execute(sql, args).fetchone()
+    return dict(r) if r is not None else None
+
+  def scalar(self, sql: str, *args: Any) -> Any:
+    r = self.conn.execute(sql, args).fetchone()
+    return r[0] if r is not None else None
+
+  def exec(self, sql: str, *args: Any) -> int:
+    """Runs a write statement and commits; returns the affected row count."""
+    n = self.conn.execute(sql, args).rowcount
+    self.conn.commit()
+    return n
+
+  def path(self, rel: str) -> pathlib.Path:
+    """A workspace path from an agent-given relative path; ToolError if it leaves the workspace."""
+    if not isinstance(rel, str):
+      raise ToolError("path must be a string relative to the workspace, e.g. 'docs/README.md'")
+    root = self.workspace.resolve()
+    p = (root / rel.lstrip("/")).resolve()
+    if p != root and root not in p.parents:
+      raise ToolError(f"path {rel!r} is outside the workspace; use a path relative to the workspace root")
+    return p
+
+  def write(self, rel: str, text: str) -> None:
+    p = self.workspace / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+  def read(self, rel: str) -> str | None:
+    p = self.workspace / rel
+    return p.read_text() if p.is_file() else None
+
+  def files(self, directory: str = "") -> list[str]:
+    base = self.workspace / directory
+    if not base.is_dir():
+      return []
+    return sorted(str(p.relative_to(self.workspace)) for p in base.rglob("*") if p.is_file())
+
+
+def _list_files(ctx: Ctx, directory: str = "") -> list[str]:
+  d = ctx.path(directory or ".")
+  if not d.is_dir():
+    raise ToolError(f"no directory {directory!r} in the workspace; list_files() with no argument lists all")
+  root = ctx.workspace.resolve()
+  return sorted(str(p.relative_to(root)) for p in d.rglob("*") if p.is_file())
+
+
+def _read_file(ctx: Ctx, path: str) -> dict:
+  p = ctx.path(path)
+  if not p.is_file():
+    raise ToolError(f"no file {path!r} in the workspace; use list_files to see the files")
+  return {"path": path, "content": p.read_text()}
+
+
+def _write_file(ctx: Ctx, path: str, content: str) -> dict:
+  p = ctx.path(path)
+  if p.is_dir():
+    raise ToolError(f"{path!r} is a directory")
+  p.parent.mkdir(parents=True, exist_ok=True)
+  p.write_text(content)
+  return {"path": path, "bytes": len(content.encode())}
+
+
+LIST_FILES = tool("list_files", "List the workspace files (paths relative to the workspace root), optionally "
+                  "only those under a directory.", _list_files,
+                  directory=p_str("directory relative to the workspace root; omit for all files"))
+READ_FILE = tool("read_file", "Read one workspace file; returns {path, content}.", _read_file,
+                 required=("path",), path=p_str("file path relative to the workspace root"))
+WRITE_FILE = tool("write_file", "Create or overwrite one workspace file with the given text; returns "
+                  "{path, bytes}.", _write_file, required=("path", "content"),
+                  path=p_str("file path relative to the workspace root"), content=p_str("the full file text"))
+SUBMIT_ANSWER = ToolDef(
+    "submit_answer", "Finish the task. Pass `answer` when the task asks for one (a number, a string or a list); "
+    "omit it when the task only asks you to change the data. The episode ends with this call.",
+    {"answer": {"description": "the requested answer (number, string or list); omit if none was asked for",
+                "type": ["string", "number", "integer", "array", "null"]}},
+    (), lambda ctx, answer=None: {"submitted": True})
+
+
+# ------------------------------------------------------------------------------------------------ answers
+
+ANSWER_KINDS = ("int", "number", "text", "set", "list")
+
+
+def _norm_item(x: Any) -> Any:
+  if isinstance(x, bool):
+    return str(x).lower()
+  if isinstance(x, (int, float)) and float(x).is_integer():
+    return str(int(x))
+  if isinstance(x, float):
+    return f"{x:.2f}"
+  return " ".join(str(x).split()).casefold()
+
+
+def answer_matches(kind: str, answer: Any, expected: Any) -> bool:
+  """Whether a submitted answer equals the expected one under the kind's rule.
+
+  Rules: 'int' exact integer (a numeric string is accepted); 'number' |a - e| <= 0.01 (answers are asked
+  rounded to 2 or 3 decimals; for 3-decimal answers the task compares itself); 'text' equal after
+  whitespace collapsing and case folding; 'set' the same elements in any order (each normalised like
+  'text', integers as their decimal string); 'list' the same in order.
+  """
+  if answer is None:
+    return False
+  try:
+    if kind == "int":
+      v = float(answer)
+      return v.is_integer() and int(v) == int(expected)
+    if kind == "number":
+      return math.isfinite(float(answer)) and abs(float(answer) - float(expected)) <= 0.01 + 1e-9
+  except (TypeError, ValueError):
+    return False
+  if kind == "text":
+    return isinstance(answer, (str, int, float)) and _norm_item(answer) == _norm_item(expected)
+  if kind in ("set", "list"):
+    if not isinstance(answer, (list, tuple)):
+      return False
+    a = [_norm_item(x) for x in answer]
+    e = [_norm_item(x) for x in expected]
+    return sorted(a) == sorted(e) and len(set(a)) == len(a) if kind == "set" else a == e
+  raise ValueError(f"unknown answer kind {kind!r}; expected one of {ANSWER_KINDS}")
+
+
+# ------------------------------------------------------------------------------------------------ domains, tasks
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+  """An environment: database schema and generator, workspace generator, tools.
+
+  Attributes:
+    name: short id ('retail').
+    description: one line.
+    schema: SQL DDL run on an empty database.
+    generate: generate(ctx, rng, f) fills D and W at scale factor f = 2**level (f rows per base row).
+    tools: the domain's tools (file tools included where the domain uses them); submit_answer is added by
+      the environment.
+  """
+  name: str
+  description: str
+  schema: str
+  generate: Callable[[Ctx, random.Random, int], None]
+  tools: tuple[ToolDef, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task over a domain.
+
+  Attributes:
+    domain: the Domain.
+    name: task name, unique within the domain; task_id is f'{domain.name}/{name}'.
+    instruction: what the agent is told (never mentions the scale).
+    ptc: the PTC oracle, one program per turn (variables persist between them). It must finish by calling
+      tools['submit_answer'](...).
+    expected: expected(ctx) -> JSON value computed from the *initial* state at reset (hidden).
+    answer: the answer kind (ANSWER_KINDS) when the task asks for an answer, else None.
+    check: check(ctx, expected, answer) -> bool on the *final* state; None means "the answer matches".
+    wrong: a plausible wrong solution: a full PTC program, or (old, new) replaced once in the PTC oracle's
+      last program. None: the oracle's answer perturbed (numbers + 1 / x 1.1, a set minus one element).
+  """
+  domain: Domain
+  name: str
+  instruction: str
+  ptc: tuple[str, ...]
+  expected: Callable[[Ctx], Any]
+  answer: str | None = None
+  check: Callable[[Ctx, Any, Any], bool] | None = None
+  wrong: str | tuple[str, str] | None = None
+
+  def __post_init__(self):
+    if self.answer is None and self.check is None:
+      raise ValueError(f"task {self.task_id}: a task without an answer kind needs a state check")
+    if self.answer is not None and self.answer not in ANSWER_KINDS:
+      raise ValueError(f"task {self.task_id}: answer kind {self.answer!r} not in {ANSWER_KINDS}")
+    if isinstance(self.wrong, tuple) and self.wrong[0] not in self.ptc[-1]:
+      raise ValueError(f"task {self.task_id}: wrong-solution pattern {self.wrong[0]!r} is not in the oracle")
+
+  @property
+  def task_id(self) -> str:
+    return f"{self.domain.name}/{self.name}"
+
+  @property
+  def prompt(self) -> str:
+    """The instruction plus how to finish (what reset() returns; identical at every level)."""
+    how = ("Finish by calling submit_answer with the answer." if self.answer is not None else
+           "When you are done, call submit_answer without an answer.")
+    return f"{self.instruction} {how} Today is {TODAY}."
+
+  def wrong_program(self) -> str | None:
+    """The wrong solution as one program (the oracle's earlier programs are prepended), or None."""
+    if self.wrong is None:
+      return None
+    if isinstance(self.wrong, str):
+      return self.wrong
+    old, new = self.wrong
+    return "\n".join(self.ptc[:-1] + (self.ptc[-1].replace(old, new, 1),))
+
+  def verify(self, ctx: Ctx, expected: Any, answer: Any) -> int:
+    """R in {0, 1}: the answer (if the task asks for one) and the state check (if any) both hold."""
+    if self.answer is not None and not answer_matches(self.answer, answer, expected if self.check is None
+                                                      else expected["answer"]):
+      return 0
+    if self.check is not None and not self.check(ctx, expected, answer):
+      return 0
+    return 1
+
+
+def perturb(kind: str, answer: Any) -> Any:
+  """A plausible wrong answer of the same kind (used when a task gives no wrong program)."""
+  if kind == "int":
+    return int(float(answer)) + 1
+  if kind == "number":
+    return round(float(answer) * 1.1 + 1.0, 2)
+  if kind in ("set", "list"):
+    a = list(answer)
+    return a[:-1] if a else ["none"]
+  return str(answer) + " (unverified)"
+
+
+# ------------------------------------------------------------------------------------------------ generators
+
+FIRST = ("Ada Alan Alma Amir Anna Aris Ava Ben Bruno Carla Chen Clara Dara Dev Diego Elena Emil Eva Farah Felix "
+         "Gia Hana Hugo Ines Ivan Jae Jana Joel Kai Kira Lars Lea Leo Lina Luca Maya Mei Milo Nadia Noah Nora "
+         "Olga Omar Otto Pia Priya Quinn Rafa Rosa Sami Sara Sven Tara Theo Uma Vera Wen Yara Yusuf Zoe").split()
+LAST = ("Abbott Alvarez Baker Banerjee Berg Brandt Castro Chowdhury Costa Dalton Diaz Dubois Eriksen Fischer "
+        "Fontaine Garcia Haddad Hansen Ibarra Ito Jensen Kaur Keller Kowalski Larsen Lopez Marsh Meyer Moreau "
+        "Nakamura Novak Okafor Olsen Park Patel Quist Rossi Ruiz Sato Schmidt Silva Sousa Tanaka Torres Ueda "
+        "Varga Vogel Wagner Walsh Weber Xu Yamada Young Zhang Ziegler").split()
+CITIES = ("Lisbon", "Porto", "Madrid", "Lyon", "Berlin", "Oslo", "Krakow", "Dublin")
+WORDS = ("quarterly review process update customer policy system record report schedule budget account "
+         "team project meeting note summary item request status change data backlog migration vendor "
+         "contract invoice audit feedback training release plan risk issue metric target milestone").split()
+
+
+def unique_names(rng: random.Random, k: int, *, exclude: Sequence[str] = ()) -> list[str]:
+  """k distinct 'First Last' names (a middle initial is added once the 3,600 pairs run out)."""
+  pairs = [f"{a} {b}" for a, b in itertools.product(FIRST, LAST) if f"{a} {b}" not in set(exclude)]
+  rng.shuffle(pairs)
+  out = pairs[:k]
+  i = 0
+  while len(out) < k:
+    a, b = pairs[i % len(pairs)].split()
+    out.append(f"{a} {chr(65 + (i // len(pairs)) % 26)}. {b}")
+    i += 1
+  return out
+
+
+def email_of(name: str, i: int, domain: str = "example.org") -> str:
+  parts = name.lower().replace(".", "").split()
+  return f"{parts[0][0]}.{parts[-1]}{i}@{domain}"
+
+
+def rand_date(rng: random.Random, start: str = "2024-01-01", end: str = "2024-06-30") -> str:
+  """A uniform date in [start, end], ISO format."""
+  a = datetime.date.fromisoformat(start)
+  b = datetime.date.fromisoformat(end)
+  return (a + datetime.timedelta(days=rng.randint(0, (b - a).days))).isoformat()
+
+
+def sentence(rng: random.Random, n: int = 12) -> str:
+  w = [rng.choice(WORDS) for _ in range(n)]
+  return " ".join(w).capitalize() + "."
+
+
+def write_docs(ctx: Ctx, rng: random.Random, domain: str, topics: Sequence[str]) -> None:
+  """The FIXED_DOCS background documents of a workspace (README + policies/notes), ~1-2 KB each."""
+  names = ["README.md"] + [f"docs/{t}.md" for t in topics]
+  names += [f"docs/notes_{i}.md" for i in range(FIXED_DOCS - len(names))]
+  for nm in names[:FIXED_DOCS]:
+    title = nm.rsplit("/", 1)[-1].removesuffix(".md").replace("_", " ")
+    body = "\n\n".join(" ".join(sentence(rng) for _ in range(4)) for _ in range(rng.randint(3, 6)))
+    ctx.write(nm, f"# {domain}: {title}\n\n{body}\n")
+
+
+def insert_rows(ctx: Ctx, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+  """Bulk insert of dict rows (all with the same keys)."""
+  if not rows:
+    return
+  cols = list(rows[0])
+  ctx.conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                       [tuple(r[c] for c in cols) for r in rows])

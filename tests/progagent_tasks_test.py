@@ -1,0 +1,298 @@
+"""Tests of the ProgAgent task library and ProgTaskEnv: oracles, verifiers, scaling, determinism, env surface.
+
+Every task: both oracles pass at v0 and v3, doing nothing fails at v0 and v3, the plausible wrong solution
+fails at v0. Levels v1 and v2 (and the wrong solutions there) are covered by `python -m progagent.audit`.
+"""
+
+import json
+import shutil
+import sqlite3
+import tempfile
+import threading
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from common import env_server
+from progagent import audit
+from progagent import harness
+from progagent import tasks as tasks_lib
+from progagent.task_env import ProgTaskEnv, split_instance_id
+from progagent.tasks import base
+from progagent.tasks import oracle
+
+_CACHE = None
+
+
+def setUpModule():
+  global _CACHE
+  _CACHE = tempfile.mkdtemp(prefix="progtasks-test-")
+
+
+def tearDownModule():
+  shutil.rmtree(_CACHE, ignore_errors=True)
+
+
+def _cheap_tokens(text):   # the accounting is tested in progagent_harness_test; keep these runs fast
+  return len(text) // 4
+
+
+def _dump(env):
+  """(database dump, {workspace path: text}) of the current episode."""
+  conn = sqlite3.connect(env.db_path)
+  try:
+    db = "\n".join(conn.iterdump())
+  finally:
+    conn.close()
+  ws = env.workspace_dir
+  return db, {str(p.relative_to(ws)): p.read_text() for p in sorted(ws.rglob("*")) if p.is_file()}
+
+
+class LibraryTest(parameterized.TestCase):
+
+  def test_size_of_the_library(self):
+    self.assertGreaterEqual(len(tasks_lib.DOMAINS), 12)
+    self.assertGreaterEqual(len(tasks_lib.TASKS), 40)
+    for name, dom in tasks_lib.DOMAINS.items():
+      self.assertGreaterEqual(len(dom.tools), 5, name)
+      self.assertGreaterEqual(len(tasks_lib.task_ids(name)), 3, name)
+      names = [t.name for t in dom.tools]
+      self.assertLen(set(names), len(names))
+      self.assertNotIn("submit_answer", names)
+
+  def test_unknown_ids_give_helpful_errors(self):
+    with self.assertRaisesRegex(KeyError, "retail/"):
+      tasks_lib.get_task("retail/nope")
+    with self.assertRaisesRegex(KeyError, "unknown domain"):
+      tasks_lib.task_ids("nope")
+    with self.assertRaisesRegex(ValueError, "scale level"):
+      ProgTaskEnv("retail/pending_over_500", scale=4)
+
+  @parameterized.named_parameters((t.replace("/", "__"), t) for t in tasks_lib.task_ids())
+  def test_task(self, task_id):
+    for level in (0, 3):
+      env = ProgTaskEnv(task_id, level, cache_dir=_CACHE)
+      try:
+        prompt = env.reset(seed=0)
+        self.assertEqual(prompt, env.task.prompt)
+        self.assertEqual(env.verify(), 0, f"{task_id}@v{level}: doing nothing passes")
+        ptc = harness.run_oracle(env, "ptc", tokenizer=_cheap_tokens)
+        self.assertEqual(ptc.stats.reward, 1.0, f"{task_id}@v{level}: PTC oracle fails: {ptc.messages[3:]}")
+        self.assertEqual(ptc.stats.errors, 0)
+        self.assertEqual(ptc.stats.end, "done")
+        answer = env.submitted_answer
+        dtc = harness.run_oracle(env, "dtc", tokenizer=_cheap_tokens)
+        self.assertEqual(dtc.stats.reward, 1.0, f"{task_id}@v{level}: DTC oracle fails")
+        self.assertEqual(dtc.stats.errors, 0)
+        # The DTC oracle makes the same calls as the program, one per turn (plus nothing else).
+        self.assertEqual(dtc.stats.tool_calls, ptc.stats.tool_calls)
+        self.assertEqual(dtc.stats.turns, dtc.stats.tool_calls)
+        self.assertEqual(env.submitted_answer, answer)
+        if level == 0:
+          self.assertEqual(audit.run_wrong(env, answer), 0, f"{task_id}: the wrong solution passes")
+      finally:
+        env.close()
+
+  def test_instruction_and_tools_identical_across_levels(self):
+    for tid in tasks_lib.task_ids():
+      envs = [ProgTaskEnv(f"{tid}@v{k}") for k in base.LEVELS]
+      try:
+        self.assertEqual([e.scale for e in envs], list(base.LEVELS))
+        for e in envs[1:]:
+          self.assertEqual(e.tools(), envs[0].tools(), tid)
+          self.assertEqual(e.task.prompt, envs[0].task.prompt, tid)
+          self.assertIs(e.task.verify.__func__, envs[0].task.verify.__func__)
+      finally:
+        for e in envs:
+          e.close()
+
+  def test_scale_doubles_rows_and_grows_files(self):
+    kb = {k: [] for k in base.LEVELS}
+    for dom in tasks_lib.DOMAINS:
+      tid = tasks_lib.task_ids(dom)[0]
+      sizes = []
+      for k in base.LEVELS:
+        env = ProgTaskEnv(tid, k, cache_dir=_CACHE)
+        env.reset(seed=0)
+        sizes.append(env.state_size())
+        kb[k].append(sizes[-1]["db_kb"])
+        env.close()
+      for k in (1, 2, 3):
+        ratio = sizes[k]["rows"] / sizes[k - 1]["rows"]
+        self.assertBetween(ratio, 1.85, 2.1, f"{dom}: rows v{k - 1}->v{k} grow x{ratio:.2f}")
+        self.assertEqual(sizes[k]["files"] - sizes[k - 1]["files"], base.DATA_FILES_PER_UNIT * 2 ** (k - 1), dom)
+      self.assertBetween(sizes[0]["files"], 12, 13)
+    mean = {k: sum(v) / len(v) for k, v in kb.items()}
+    self.assertBetween(mean[0], 80, 130)    # published pool: 99 KB at v0 ...
+    self.assertBetween(mean[3], 550, 850)   # ... and 711 KB at v3
+
+  def test_determinism_by_seed(self):
+    for dom in tasks_lib.DOMAINS:
+      tid = tasks_lib.task_ids(dom)[0]
+      a, b = ProgTaskEnv(tid), ProgTaskEnv(tid)
+      try:
+        a.reset(seed=7)
+        b.reset(seed=7)
+        self.assertEqual(_dump(a), _dump(b), dom)
+        b.reset(seed=8)
+        self.assertNotEqual(_dump(a)[0], _dump(b)[0], dom)
+        # The cache hands out byte-identical copies of a fresh generation.
+        c = ProgTaskEnv(tid, cache_dir=_CACHE)
+        c.reset(seed=7)
+        self.assertEqual(_dump(c), _dump(a), dom)
+        c.close()
+      finally:
+        a.close()
+        b.close()
+
+
+class EnvSurfaceTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.env = ProgTaskEnv("retail/pending_over_500", cache_dir=_CACHE)
+    self.env.reset(seed=0)
+
+  def tearDown(self):
+    self.env.close()
+    super().tearDown()
+
+  def test_statuses_and_observations(self):
+    r = self.env.step({"name": "list_orders", "arguments": {"status": "pending"}})
+    self.assertEqual(r.status, "ok")
+    rows = json.loads(r.observation)
+    self.assertTrue(rows and set(rows[0]) == {"id", "customer_id", "status", "total", "created"})
+    r = self.env.step({"name": "list_orders", "arguments": {"status": "lost"}})
+    self.assertEqual(r.status, "failed")
+    self.assertTrue(r.observation.startswith("Error: unknown status 'lost'"))
+    r = self.env.step({"name": "no_such_tool", "arguments": {}})
+    self.assertEqual(r.status, "invalid")
+    self.assertIn("the tools are", r.observation)
+    r = self.env.step({"name": "get_order", "arguments": {"order": 5}})
+    self.assertEqual(r.status, "invalid")
+    self.assertIn("unknown parameter(s) ['order']", r.observation)
+    r = self.env.step({"name": "get_order", "arguments": {"order_id": "5"}})
+    self.assertIn("must be of JSON type integer", r.observation)
+    r = self.env.step({"name": "read_file", "arguments": {"path": "../state/db.sqlite"}})
+    self.assertEqual(r.status, "failed")
+    self.assertIn("outside the workspace", r.observation)
+    r = self.env.step("not a call")
+    self.assertEqual(r.status, "invalid")
+    self.assertEqual(self.env.episode_counts(), {"tool_calls": 7, "tool_errors": 6})
+    self.assertFalse(r.done)
+
+  def test_call_tool_is_mcp_shaped(self):
+    res = self.env.call_tool("get_order", {"order_id": 1001})
+    self.assertFalse(res["isError"])
+    self.assertEqual(res["structuredContent"]["id"], 1001)
+    self.assertEqual(json.loads(res["content"][0]["text"]), res["structuredContent"])
+    res = self.env.call_tool("list_orders", {"status": "pending"})
+    self.assertNotIn("structuredContent", res)   # a list: decode the text
+    self.assertIsInstance(oracle.mcp_to_native(res), list)
+    res = self.env.call_tool("get_order", {"order_id": 1})
+    self.assertTrue(res["isError"])
+    with self.assertRaisesRegex(oracle.ToolError, "no order with id 1"):
+      oracle.mcp_to_native(res)
+
+  def test_submit_ends_the_episode_with_reward(self):
+    n = self.env.task.expected(self.env._ctx)   # pylint: disable=protected-access
+    self.assertEqual(self.env.verify(n), 1)
+    self.assertEqual(self.env.verify(n + 1), 0)
+    r = self.env.step({"name": "submit_answer", "arguments": {"answer": str(n)}})
+    self.assertTrue(r.done)
+    self.assertEqual(r.info["reward"], 1.0)
+    self.assertTrue(self.env.done)
+    r = self.env.step({"name": "list_orders", "arguments": {"status": "pending"}})
+    self.assertEqual(r.status, "invalid")
+    self.assertIn("episode is over", r.observation)
+    self.env.reset(seed=0)
+    self.assertFalse(self.env.done)
+    self.assertEqual(self.env.verify(), 0)
+
+  def test_step_limit_ends_the_episode(self):
+    env = ProgTaskEnv("retail/pending_over_500", max_steps=2, cache_dir=_CACHE)
+    try:
+      env.reset(seed=0)
+      self.assertFalse(env.step({"name": "get_order", "arguments": {"order_id": 1001}}).done)
+      r = env.step({"name": "get_order", "arguments": {"order_id": 1001}})
+      self.assertTrue(r.done)
+      self.assertEqual(r.info["reward"], 0.0)
+    finally:
+      env.close()
+
+  def test_reset_rules(self):
+    with self.assertRaisesRegex(ValueError, "belongs to domain 'hr'"):
+      self.env.reset("hr/avg_salary_engineering", 0)
+    self.assertEqual(split_instance_id("retail/x@v2"), ("retail/x", 2))
+    self.env.reset("retail/top_gold_customer@v1", 0)
+    self.assertEqual(self.env.scale, 1)
+    self.assertEqual(self.env.task.task_id, "retail/top_gold_customer")
+    old = self.env.workspace_dir
+    self.env.reset(seed=0)
+    self.assertFalse(old.exists())   # the previous episode's directory is gone
+
+  def test_hidden_state_is_outside_the_workspace(self):
+    ws = self.env.workspace_dir.resolve()
+    self.assertNotIn(ws, self.env.db_path.resolve().parents)
+    self.assertFalse(any(p.suffix in (".py", ".sqlite") for p in ws.rglob("*")))
+
+  def test_served_by_the_env_server_host(self):
+    host = env_server.EnvHost(ProgTaskEnv("retail/pending_over_500", cache_dir=_CACHE))
+    try:
+      out = host.handle("env_reset", {"task_id": "retail/pending_over_500", "seed": 0})
+      self.assertIn("pending orders", out["text"])
+      out = host.handle("list_orders", {"status": "pending"})
+      self.assertEqual(out["structured"]["status"], "ok")
+      out = host.handle("env_query", {"method": "episode_counts"})
+      self.assertEqual(out["structured"]["result"], {"tool_calls": 1, "tool_errors": 0})
+    finally:
+      host.close()
+
+  def test_abandoned_dtc_oracle_leaves_no_thread(self):
+    gen = oracle.dtc_oracle(self.env.task.ptc, [t["name"] for t in self.env.tools()])
+    call = next(gen)
+    self.assertEqual(call, {"name": "list_orders", "arguments": {"status": "pending"}})
+    gen.close()
+    self.assertFalse(any(t.name == "dtc-oracle" and t.is_alive() for t in threading.enumerate()))
+
+
+class AnswerTest(absltest.TestCase):
+
+  def test_answer_rules(self):
+    m = base.answer_matches
+    self.assertTrue(m("int", "12", 12))
+    self.assertTrue(m("int", 12.0, 12))
+    self.assertFalse(m("int", 12.5, 12))
+    self.assertFalse(m("int", "twelve", 12))
+    self.assertTrue(m("number", 10.004, 10.0))
+    self.assertFalse(m("number", 10.02, 10.0))
+    self.assertFalse(m("number", float("nan"), 10.0))
+    self.assertTrue(m("text", "  Ada   LOPEZ ", "Ada Lopez"))
+    self.assertFalse(m("text", ["Ada Lopez"], "Ada Lopez"))
+    self.assertTrue(m("set", [3, "1", 2], [1, 2, 3]))
+    self.assertFalse(m("set", [1, 1, 2, 3], [1, 2, 3]))
+    self.assertFalse(m("set", [1, 2], [1, 2, 3]))
+    self.assertFalse(m("set", "1,2,3", [1, 2, 3]))
+    self.assertTrue(m("list", ["a", "B"], ["A", "b"]))
+    self.assertFalse(m("list", ["b", "a"], ["a", "b"]))
+    self.assertFalse(m("int", None, 0))
+    with self.assertRaisesRegex(ValueError, "unknown answer kind"):
+      m("float", 1, 1)
+
+  def test_perturb_changes_the_answer(self):
+    for kind, ans in (("int", 4), ("number", 0.0), ("set", [1, 2]), ("set", []), ("text", "x")):
+      self.assertFalse(base.answer_matches(kind, base.perturb(kind, ans), ans), (kind, ans))
+
+  def test_mcp_to_native_rules(self):
+    text = lambda t, **kw: {"content": [{"type": "text", "text": t}], **kw}
+    self.assertEqual(oracle.mcp_to_native(text('{"a": 1}', structuredContent={"a": 2})), {"a": 2})
+    self.assertEqual(oracle.mcp_to_native(text("[1, 2]")), [1, 2])
+    self.assertEqual(oracle.mcp_to_native(text("plain words")), "plain words")
+    with self.assertRaisesRegex(oracle.ToolError, "boom"):
+      oracle.mcp_to_native(text("boom", isError=True))
+    with self.assertRaisesRegex(oracle.ToolError, "Error: no such row"):
+      oracle.mcp_to_native(text("Error: no such row"))   # a server that omits isError
+
+
+if __name__ == "__main__":
+  absltest.main()

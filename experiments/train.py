@@ -31,13 +31,18 @@ def main(argv):
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=1))
   if _DATA_DIR.value:
+    if "data" not in config:
+      raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
     with config.unlocked():
       config.data.path = _DATA_DIR.value
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top
     train.run_comparison(config, workdir, progress=_PROGRESS.value)
+  elif config.method == "progagent":
+    from progagent import train  # pylint: disable=g-import-not-at-top
+    train.run(config, workdir)
   else:
-    raise ValueError(f"unknown config.method {config.method!r}; valid: 'phgpo_compare'")
+    raise ValueError(f"unknown config.method {config.method!r}; valid: 'phgpo_compare', 'progagent'")
 
 
 if __name__ == "__main__":

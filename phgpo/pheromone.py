@@ -1,25 +1,52 @@
 """PhGPO pheromone: task-agnostic tables, a task-dependent memory bank, and their fusion.
 
 State (`PheromoneState`, a pytree):
-  tau      f32[N+1, N]  task-agnostic tool-transition pheromone; row N is START.
-  tau_arg  f32[N, Tm]   argument-template pheromone.
-  bank_*                one ring buffer of C (task embedding, edge, score) entries: the
-                        task-dependent memory bank M_ij of every edge, kept together.
+  tau, tau_step          f32/i32[N+1, N]  task-agnostic tool-transition pheromone; row N is START.
+  tau_arg, tau_arg_step  f32/i32[N, Tm]   argument-template pheromone.
+  num_updates, rho, arg_rho               update counter and the evaporation rates in use.
+  bank_*                 one ring buffer of C (task embedding, edge, score) entries: the
+                         task-dependent memory bank M_ij of every edge, kept together.
 
 Update after each batch of scored trajectories (ant-colony rule with MAX-MIN clipping):
   tau <- clip((1 - rho) tau + alpha sum_xi q(xi) 1[(i, j) in xi], tau_min, tau_max)
 and the same for tau_arg over (tool, template) pairs with (arg_rho, arg_alpha).
 
+Lazy evaporation (exact). Only the B*H traversed edges change in an update beyond the common
+factor (1 - rho), so the tables are stored lazily: entry (i, j) keeps the value tau(i, j) it got
+when last written and the update count tau_step(i, j) of that write. An edge left alone for
+k updates evaporates as tau_{t+k} = max((1 - rho)^k tau_t, tau_min) (evaporation only lowers it,
+and once at tau_min the clip holds it there), so its current value is
+  effective(i, j) = max(tau(i, j) (1 - rho)^(num_updates - tau_step(i, j)), tau_min)
+and an update rewrites only the deposited edges:
+  tau(i, j) <- clip((1 - rho) effective(i, j) + deposit(i, j), tau_min, tau_max),
+  tau_step(i, j) <- num_updates + 1,
+then counts num_updates += 1: O(B*H) work per update instead of O(N^2). The raw fields `tau`
+and `tau_arg` are therefore NOT the current pheromone: read it through `effective_tau`,
+`effective_tau_arg`, `arg_rows` or `pheromone_rows`. The raw values always lie in
+[tau_min, tau_max] too.
+
+Choice: the evaporation rates are constant over the life of a state (they are config
+constants: `pheromone.rho`, `pheromone.arg_rho`), because a stored age is only meaningful under
+one rate. The first update records them in the state (`rho`, `arg_rho`; readers use these, so
+they take no rate argument); a later update with other rates is an error: a ValueError when
+called outside jit, and under jit (where it cannot raise) the state is poisoned (its rate
+becomes NaN, every effective value read from it NaN, and the eager readers raise). To change a
+rate on purpose, call `set_rates` first (one O(N^2) pass; exact). Handling a rate change inside
+the update instead (a conditional materialisation) would make XLA copy the tables on every
+call of any program that also reads them. tau_min and tau_max are not stored either: pass the
+same values to every update and read (config `pheromone.tau_min`, `pheromone.tau_max`).
+
 Source: PhGPO, arXiv:2602.13691, sec. "Pheromone" (SPEC.md "PhGPO": task-agnostic pheromone,
 task-dependent pheromone, fusion). MAX-MIN clipping: Stutzle & Hoos 2000, "MAX-MIN Ant System".
 
 Every function is pure and jittable; shapes (N, Tm, C, D) come from the arrays, `num_tools`
-etc. only from Python ints in `init_pheromone`.
+etc. only from Python ints in `init_pheromone`. Jit `update_pheromone` with the state donated
+(`donate_argnums=0`): otherwise XLA copies the O(N^2) tables to apply the O(B*H) scatter.
 
 Sharding: the tables and the bank are small and replicated; the batch axis B of the trajectory
 inputs may be sharded (Auto or Explicit mesh axes). Before a scatter into a replicated table,
 the few B*H edge ids and amounts are gathered to every device (`_replicated`), so each device
-applies the same update; `pheromone_rows` stays sharded along B.
+applies the same update; `pheromone_rows` and `arg_rows` stay sharded along B.
 """
 from __future__ import annotations
 
@@ -28,16 +55,25 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 DEP_UNITS = ("tau_range", "score")
 
 
 class PheromoneState(NamedTuple):
-  """Pheromone tables and the task-dependent memory bank (one ring buffer).
+  """Pheromone tables (stored lazily, see the module docstring) and the task-dependent memory bank.
 
   Attributes:
-    tau: f32[N+1, N], task-agnostic pheromone tau_agn(prev, next); row N = START.
-    tau_arg: f32[N, Tm], argument pheromone tau_arg(tool, template).
+    tau: f32[N+1, N], tau_agn(prev, next) as last written (row N = START); the current value
+      is `effective_tau(state, tau_min=...)`.
+    tau_arg: f32[N, Tm], tau_arg(tool, template) as last written; current value:
+      `effective_tau_arg` / `arg_rows`.
+    tau_step: i32[N+1, N], value of num_updates when each tau entry was last written (0 = init).
+    tau_arg_step: i32[N, Tm], the same for tau_arg.
+    num_updates: i32[], number of `update_pheromone` calls applied.
+    rho: f32[], evaporation rate of tau, recorded by the first update (0 before it; NaN after
+      an update with a different rate under jit: see the module docstring).
+    arg_rho: f32[], the same for tau_arg.
     bank_emb: f32[C, D], unit-norm task embeddings of the bank entries (0 where never written).
     bank_edge: i32[C], flattened edge prev * N + next of each entry (prev may be N = START).
     bank_score: f32[C], match score q in [0, 1] of the trajectory that wrote the entry.
@@ -51,6 +87,11 @@ class PheromoneState(NamedTuple):
   bank_score: jax.Array
   bank_valid: jax.Array
   bank_ptr: jax.Array
+  tau_step: jax.Array
+  tau_arg_step: jax.Array
+  num_updates: jax.Array
+  rho: jax.Array
+  arg_rho: jax.Array
 
 
 def _is_static(x) -> bool:
@@ -131,7 +172,8 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
       tau_min, a prior against unobserved transitions. They still evaporate and receive deposit
       when a rollout traverses them.
   Returns:
-    A `PheromoneState` with f32 tables and an empty bank (bank_ptr = 0).
+    A `PheromoneState` with f32 tables, zero write stamps and update count, rates 0 (set by
+    the first update), and an empty bank (bank_ptr = 0).
   Raises:
     ValueError on bad sizes or bounds, or mask shapes that do not match.
   """
@@ -167,12 +209,19 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
       bank_edge=jnp.zeros((c,), jnp.int32),
       bank_score=jnp.zeros((c,), jnp.float32),
       bank_valid=jnp.zeros((c,), bool),
-      bank_ptr=jnp.zeros((), jnp.int32))
+      bank_ptr=jnp.zeros((), jnp.int32),
+      tau_step=jnp.zeros((n + 1, n), jnp.int32),
+      tau_arg_step=jnp.zeros((n, tm), jnp.int32),
+      num_updates=jnp.zeros((), jnp.int32),
+      rho=jnp.zeros((), jnp.float32),
+      arg_rho=jnp.zeros((), jnp.float32))
 
 
 def evaporate(tau: chex.Array, *, rho) -> jax.Array:
-  """Evaporation of every entry: tau <- (1 - rho) tau.
+  """Evaporation of every entry of a dense table: tau <- (1 - rho) tau.
 
+  The eager O(R*K) form, for dense tables held by the caller; `update_pheromone` evaporates
+  the state lazily (module docstring) and does not call it.
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-agnostic pheromone).
 
   Args:
@@ -207,8 +256,9 @@ def _edge_ids(table_shape, prev, nxt, mask):
 
 def deposit(tau: chex.Array, prev_tools: chex.Array, next_tools: chex.Array,
             mask: chex.Array, scores: chex.Array, *, alpha) -> jax.Array:
-  """Batched deposit: tau(i, j) += alpha * sum_b q_b * 1[(i, j) traversed by trajectory b].
+  """Batched deposit into a dense table: tau(i, j) += alpha sum_b q_b 1[(i, j) traversed by b].
 
+  The eager form (see `evaporate`); `update_pheromone` uses the same amounts, written lazily.
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": deposit alpha sum_xi q(xi) 1[(i,j) in xi]).
 
   Choice: an edge traversed several times by one trajectory deposits ONCE (the SPEC's
@@ -269,16 +319,221 @@ def _unit(x: jax.Array) -> jax.Array:
   return x / jnp.maximum(norm, 1e-12)
 
 
+def _decay(age: jax.Array, rate: jax.Array) -> jax.Array:
+  """(1 - rate)^age for i32 ages >= 0, as exp(age log1p(-rate)); exactly 1 at age 0.
+
+  exp/log1p keeps the relative error near age * 1e-8 (a product of age rounded f32 factors
+  would drift by age * 6e-8); rate = 1 gives 0 for every age > 0.
+  """
+  log_keep = jnp.log1p(-jnp.asarray(rate, jnp.float32))
+  return jnp.where(age <= 0, 1.0, jnp.exp(age.astype(jnp.float32) * log_keep))
+
+
+def _effective(raw: jax.Array, stamp: jax.Array, now: jax.Array, rate: jax.Array,
+               tau_min) -> jax.Array:
+  """max(raw (1 - rate)^(now - stamp), tau_min): the current value of lazily stored entries."""
+  return jnp.maximum(raw * _decay(now - stamp, rate), jnp.asarray(tau_min, raw.dtype))
+
+
+def _check_state(state: PheromoneState) -> PheromoneState:
+  """Shapes and dtypes of the lazy tables; ValueError (outside jit) on a poisoned state."""
+  _check_not_poisoned(state)
+  state = PheromoneState(*map(jnp.asarray, state))
+  chex.assert_rank([state.tau, state.tau_step, state.tau_arg, state.tau_arg_step], 2)
+  chex.assert_equal_shape([state.tau, state.tau_step])
+  chex.assert_equal_shape([state.tau_arg, state.tau_arg_step])
+  chex.assert_type([state.tau, state.tau_step, state.num_updates], [float, int, int])
+  return state
+
+
+def effective_tau(state: PheromoneState, *, tau_min) -> jax.Array:
+  """The current task-agnostic pheromone, materialised: f32[N+1, N].
+
+  tau_eff(i, j) = max(tau(i, j) (1 - rho)^(num_updates - tau_step(i, j)), tau_min), equal to
+  the eager MAX-MIN rule applied num_updates times (module docstring).
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-agnostic pheromone).
+
+  Args:
+    state: `PheromoneState`.
+    tau_min: the lower MAX-MIN bound used by the updates (config `pheromone.tau_min`).
+  Returns:
+    f32[N+1, N] in [tau_min, tau_max]; row N = START. (NaN where evaporated under a poisoned
+    rate, see the module docstring; outside jit a poisoned state raises ValueError instead.)
+  Notes:
+    O(N^2): for tests, inspection and plots. Samplers read rows (`pheromone_rows`). The rate
+    is the state's own (`state.rho`), so no rho argument.
+  """
+  state = _check_state(state)
+  _check_bounds(tau_min, tau_min)
+  return _effective(state.tau, state.tau_step, state.num_updates, state.rho, tau_min)
+
+
+def effective_tau_arg(state: PheromoneState, *, tau_min) -> jax.Array:
+  """The current argument pheromone, materialised: f32[N, Tm] (see `effective_tau`).
+
+  Args:
+    state: `PheromoneState`.
+    tau_min: as in the updates (config `pheromone.tau_min`).
+  Returns:
+    f32[N, Tm], e.g. the `tau_arg` argument of `sampling.sample_templates`.
+  Notes:
+    O(N Tm); `arg_rows` gives only the rows of the chosen tools, O(B Tm).
+  """
+  state = _check_state(state)
+  _check_bounds(tau_min, tau_min)
+  return _effective(state.tau_arg, state.tau_arg_step, state.num_updates, state.arg_rho, tau_min)
+
+
+def arg_rows(state: PheromoneState, tools: chex.Array, *, tau_min) -> jax.Array:
+  """Current argument pheromone of the given tools: f32[B, Tm] = effective tau_arg[tools].
+
+  Args:
+    state: `PheromoneState`.
+    tools: i32[B], tool per rollout; indices outside [0, N) are clamped (like `take_rows`): mask
+      such rows yourself (e.g. tools == -1).
+    tau_min: as in the updates (config `pheromone.tau_min`).
+  Returns:
+    f32[B, Tm] in [tau_min, tau_max], sharded like tools.
+  Notes:
+    To sample templates from these rows with `sampling.sample_templates` (which gathers row
+    tools[b] itself), pass the rows as the table and each rollout's own row index:
+      sample_templates(key, arg_rows(state, tools, tau_min=...), take_rows(template_mask, tools),
+                       jnp.where(tools >= 0, jnp.arange(B, dtype=jnp.int32), -1))
+    draws exactly what sample_templates(key, effective_tau_arg(state, ...), template_mask,
+    tools) draws (its noise is per rollout), in O(B Tm) instead of O(N Tm).
+  """
+  chex.assert_rank(tools, 1)
+  chex.assert_type(tools, int)
+  state = _check_state(state)
+  _check_bounds(tau_min, tau_min)
+  tools = jnp.asarray(tools)
+  return _effective(take_rows(state.tau_arg, tools), take_rows(state.tau_arg_step, tools),
+                    state.num_updates, state.arg_rho, tau_min)
+
+
+def _concrete(x):
+  """x as a NumPy value, or None when it is traced (inside jit)."""
+  return None if isinstance(x, jax.core.Tracer) else np.asarray(x)
+
+
+def _check_not_poisoned(state: PheromoneState):
+  for name in ("rho", "arg_rho"):
+    value = _concrete(getattr(state, name))
+    if value is not None and np.isnan(value):
+      raise ValueError(
+          f"PheromoneState.{name} is NaN: an update under jit used a different pheromone.{name} "
+          "than the earlier updates of this state. Keep pheromone.rho and pheromone.arg_rho "
+          "constant, or call pheromone.set_rates(state, ...) before changing them.")
+
+
+def _check_same_rates(state: PheromoneState, rho, arg_rho):
+  """ValueError when the state and the rates are concrete and the rates differ from the state's."""
+  _check_not_poisoned(state)
+  now = _concrete(state.num_updates)
+  if now is None or int(now) == 0:
+    return
+  for name, new in (("rho", rho), ("arg_rho", arg_rho)):
+    old, new = _concrete(getattr(state, name)), _concrete(new)
+    if old is not None and new is not None and np.float32(new) != old:
+      raise ValueError(
+          f"pheromone.{name} changed from {float(old):.6g} to {float(new):.6g} after {int(now)} "
+          "updates of this state; the lazy evaporation needs one rate per state. Keep it "
+          "constant, or call pheromone.set_rates(state, rho=..., arg_rho=..., tau_min=...) "
+          "first.")
+
+
+def set_rates(state: PheromoneState, *, rho, arg_rho, tau_min) -> PheromoneState:
+  """Changes the evaporation rates of a state, exactly: materialises both tables, then sets them.
+
+  tau <- effective_tau(state), tau_step <- num_updates (the same for tau_arg); rho, arg_rho <-
+  the new rates. Later updates with these rates continue the eager MAX-MIN rule exactly.
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO"); lazy storage: module docstring.
+
+  Args:
+    state: `PheromoneState` (not poisoned).
+    rho, arg_rho: the new rates in [0, 1] (config `pheromone.rho`, `pheromone.arg_rho`).
+    tau_min: the lower MAX-MIN bound used by the updates (config `pheromone.tau_min`).
+  Returns:
+    The `PheromoneState` with materialised tables, all stamps = num_updates, and the new rates.
+  Raises:
+    ValueError on rates outside [0, 1] or a poisoned state (outside jit).
+  Notes:
+    O(N^2); never needed while the rates stay constant (the training loop).
+  """
+  _check_rate("pheromone.rho", rho)
+  _check_rate("pheromone.arg_rho", arg_rho)
+  state = _check_state(state)
+  now = state.num_updates
+  return state._replace(
+      tau=effective_tau(state, tau_min=tau_min),
+      tau_arg=effective_tau_arg(state, tau_min=tau_min),
+      tau_step=jnp.full_like(state.tau_step, now),
+      tau_arg_step=jnp.full_like(state.tau_arg_step, now),
+      rho=jnp.asarray(rho, jnp.float32),
+      arg_rho=jnp.asarray(arg_rho, jnp.float32))
+
+
+def _lazy_write(raw, stamp, now, rate, flat, amount, *, tau_min, tau_max):
+  """Applies one update's evaporation + deposit + clip to the deposited entries only.
+
+  new(e) = clip((1 - rate) effective(e) + sum of the amounts on e, tau_min, tau_max), stamp(e)
+  = now + 1, for every distinct valid id e of `flat`; ids >= raw.size are skipped.
+
+  Args:
+    raw, stamp: f32/i32[R, K], the stored table and its write stamps (replicated).
+    now: i32[], updates applied before this one.
+    rate: f32[], evaporation rate.
+    flat: i32[E], flattened entry ids (replicated), raw.size for "no deposit".
+    amount: f32[E], deposit of each id occurrence (summed per distinct id).
+  Returns:
+    (raw, stamp) after the update. O(E log E) for the sort, O(E) scatter.
+  """
+  rows, cols = raw.shape
+  size = rows * cols
+  e = flat.shape[0]
+  order = jnp.argsort(flat)
+  ids = flat[order]
+  amt = amount[order]
+  head = jnp.concatenate([jnp.ones((1,), bool), ids[1:] != ids[:-1]])
+  seg = jnp.cumsum(head.astype(jnp.int32)) - 1
+  total = jax.ops.segment_sum(amt, seg, num_segments=e)[seg]
+  raw_flat, stamp_flat = raw.reshape(-1), stamp.reshape(-1)
+  safe = jnp.minimum(ids, size - 1)
+  old_stamp = stamp_flat[safe]
+  before = _effective(raw_flat[safe], old_stamp, now, rate, tau_min)
+  keep = 1.0 - jnp.asarray(rate, jnp.float32)
+  new = jnp.clip(keep * before + total, tau_min, tau_max).astype(raw.dtype)
+  dest = jnp.where(head & (ids < size), ids, size)  # one write per distinct valid id
+  raw_flat = raw_flat.at[dest].set(new, mode="drop")
+  # max(old, now + 1) = now + 1 (stamps never exceed now), written so that the new stamps
+  # depend on the gathered ones: XLA then orders the gather before the in-place scatter
+  # instead of copying the whole stamp table to keep the gather's input alive.
+  stamp_flat = stamp_flat.at[dest].set(jnp.maximum(old_stamp, now + 1), mode="drop")
+  return raw_flat.reshape(rows, cols), stamp_flat.reshape(rows, cols)
+
+
+def _amounts(table_shape, prev, nxt, mask, scores, alpha):
+  """Flattened ids and deposit amounts alpha q_b (first visit per trajectory), replicated."""
+  flat, valid = _edge_ids(table_shape, prev, nxt, mask)
+  first = _first_visits(flat, valid)
+  amount = jnp.where(first, alpha * scores[:, None], 0.0).astype(jnp.float32)
+  flat = jnp.where(first, flat, table_shape[0] * table_shape[1])
+  return _replicated(flat.reshape(-1)), _replicated(amount.reshape(-1))
+
+
 def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.Array,
                      mask: chex.Array, scores: chex.Array, task_emb: chex.Array, *, rho, alpha,
                      tau_min, tau_max, arg_rho, arg_alpha,
                      bank_min_score: float = 0.0) -> PheromoneState:
-  """One pheromone update after a batch of scored trajectories.
+  """One pheromone update after a batch of scored trajectories, in O(B*H) (lazy evaporation).
 
   tau     <- clip((1 - rho) tau + alpha sum_b q_b 1[(i, j) in b], tau_min, tau_max)
   tau_arg <- clip((1 - arg_rho) tau_arg + arg_alpha sum_b q_b 1[(i, u) in b], tau_min, tau_max)
-  with edges (START, a_0), (a_0, a_1), ... and pairs (a_t, u_t); each edge of a trajectory is
-  written once into the memory bank as (unit e_x, edge, q_b).
+  over every entry, applied lazily: only the traversed entries are rewritten (from their
+  effective values) and stamped, the rest evaporate implicitly (module docstring); the
+  result read through `effective_tau` / `effective_tau_arg` equals the eager rule exactly
+  (up to f32 rounding). Edges are (START, a_0), (a_0, a_1), ... and pairs (a_t, u_t); each edge
+  of a trajectory is written once into the memory bank as (unit e_x, edge, q_b).
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": task-agnostic and task-dependent pheromone).
 
   Args:
@@ -290,17 +545,23 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
     scores: f32[B], match score q in [0, 1] per trajectory (e.g. `metrics.match_ratio_batch`).
     task_emb: f32[B, D], task embedding e_x per trajectory (normalised here).
     rho, alpha: tool-pheromone evaporation and deposit rates (config `pheromone.rho`,
-      `pheromone.alpha`).
-    tau_min, tau_max: MAX-MIN bounds for both tables.
+      `pheromone.alpha`). The first update records rho (and arg_rho) in the state; later
+      updates must pass the same rates (see the module docstring; `set_rates` changes them).
+    tau_min, tau_max: MAX-MIN bounds for both tables; keep them the same for every update and
+      read of one state.
     arg_rho, arg_alpha: the same for tau_arg (config `pheromone.arg_rho`, `pheromone.arg_alpha`).
     bank_min_score: only trajectories with q >= bank_min_score write bank entries (config
       `pheromone.bank_min_score`; default 0.0 writes every traversed edge, as the SPEC says).
   Returns:
-    The new `PheromoneState`; tau and tau_arg lie in [tau_min, tau_max].
+    The new `PheromoneState`, num_updates + 1; raw and effective tables lie in
+    [tau_min, tau_max].
   Raises:
     AssertionError at trace time on wrong ranks, shapes or dtypes; ValueError on Python
-    hyper-parameters out of range.
+    hyper-parameters out of range, or (outside jit) on rates that differ from the state's.
+    Under jit a rate change cannot raise: it poisons the state (rho / arg_rho NaN).
   Notes:
+    Cost O(B H (H + log(B H)) + B H D), independent of N, when jit-compiled with the state
+    donated (`jax.jit(..., donate_argnums=0)`); without donation XLA copies the tables.
     When more than C entries are written at once, only the last C (in row-major b, h order)
     are kept. Sharding: B may be sharded; the new state is replicated.
   """
@@ -311,7 +572,9 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
   _check_rate("pheromone.rho", rho)
   _check_rate("pheromone.arg_rho", arg_rho)
-  state = PheromoneState(*map(jnp.asarray, state))
+  _check_bounds(tau_min, tau_max)
+  _check_same_rates(state, rho, arg_rho)
+  state = _check_state(state)
   tools, templates, mask, scores, task_emb = map(
       jnp.asarray, (tools, templates, mask, scores, task_emb))
   n = state.tau.shape[1]
@@ -319,13 +582,21 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   tools = tools.astype(jnp.int32)
   prev = jnp.concatenate([jnp.full_like(tools[:, :1], n), tools[:, :-1]], axis=1)
   scores = scores.astype(jnp.float32)
+  now = state.num_updates
+  rho = jnp.asarray(rho, jnp.float32)
+  arg_rho = jnp.asarray(arg_rho, jnp.float32)
+  # The rates are recorded by the first update; a later change poisons the state (NaN rate).
+  first = now == 0
+  new_rho = jnp.where(first | (rho == state.rho), rho, jnp.nan)
+  new_arg_rho = jnp.where(first | (arg_rho == state.arg_rho), arg_rho, jnp.nan)
 
-  tau = evaporate(state.tau, rho=rho)
-  tau = deposit(tau, prev, tools, mask, scores, alpha=alpha)
-  tau = clip_pheromone(tau, tau_min=tau_min, tau_max=tau_max)
-  tau_arg = evaporate(state.tau_arg, rho=arg_rho)
-  tau_arg = deposit(tau_arg, tools, templates.astype(jnp.int32), mask, scores, alpha=arg_alpha)
-  tau_arg = clip_pheromone(tau_arg, tau_min=tau_min, tau_max=tau_max)
+  flat, amount = _amounts(state.tau.shape, prev, tools, mask, scores, alpha)
+  tau, tau_step = _lazy_write(state.tau, state.tau_step, now, new_rho, flat, amount,
+                              tau_min=tau_min, tau_max=tau_max)
+  flat_arg, amount_arg = _amounts(state.tau_arg.shape, tools, templates.astype(jnp.int32), mask,
+                                  scores, arg_alpha)
+  tau_arg, tau_arg_step = _lazy_write(state.tau_arg, state.tau_arg_step, now, new_arg_rho,
+                                      flat_arg, amount_arg, tau_min=tau_min, tau_max=tau_max)
 
   # Memory bank: one entry per (trajectory, distinct traversed edge), in ring-buffer order.
   cap = state.bank_edge.shape[0]
@@ -346,7 +617,12 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
       bank_edge=state.bank_edge.at[pos].set(flat, mode="drop"),
       bank_score=state.bank_score.at[pos].set(entry_score, mode="drop"),
       bank_valid=state.bank_valid.at[pos].set(True, mode="drop"),
-      bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32))
+      bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32),
+      tau_step=tau_step,
+      tau_arg_step=tau_arg_step,
+      num_updates=(now + 1).astype(jnp.int32),
+      rho=new_rho,
+      arg_rho=new_arg_rho)
 
 
 def bank_similarity(state: PheromoneState, task_emb: chex.Array) -> jax.Array:
@@ -380,7 +656,8 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
     tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default)
             | clip(qbar, tau_min, tau_max)         ('score');
     tau     = clip((1 - w c_ij) tau_agn(i, j) + w c_ij tau_dep, tau_min, tau_max).
-  A task with no similar history (S = 0) gets tau_agn exactly.
+  A task with no similar history (S = 0) gets tau_agn exactly. tau_agn is the effective
+  (lazily evaporated) value, `effective_tau(state)[i]`, gathered for the B rows only.
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-dependent pheromone and fusion). The
   confidence form is unpublished; S / (S + kappa) is the SPEC's suggestion. The SPEC gives
   tau_dep in score units; 'tau_range' maps the mean score affinely onto [tau_min, tau_max] so
@@ -407,7 +684,8 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
   Raises:
     AssertionError at trace time on wrong ranks or dtypes; ValueError on bad static options.
   Notes:
-    Cost O(B C D) for the similarities plus O(B (C + max_evidence^2)). The bank is replicated;
+    Cost O(B N) for the rows, O(B C D) for the similarities plus O(B (C + max_evidence^2)).
+    No rho argument: the rate is the state's own (`state.rho`). The bank is replicated;
     the result is sharded like prev_tools.
   """
   chex.assert_rank([prev_tools, task_emb], [1, 2])
@@ -422,11 +700,12 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
                      f"{top_k_similar}, {max_evidence}.")
   if _is_static(kappa) and kappa <= 0:
     raise ValueError(f"pheromone.kappa must be > 0, got {kappa}.")
-  state = PheromoneState(*map(jnp.asarray, state))
+  state = _check_state(state)
   prev_tools = jnp.asarray(prev_tools)
   n = state.tau.shape[1]
   cap = state.bank_edge.shape[0]
-  tau_agn = take_rows(state.tau, prev_tools)
+  tau_agn = _effective(take_rows(state.tau, prev_tools), take_rows(state.tau_step, prev_tools),
+                       state.num_updates, state.rho, tau_min)
   if _is_static(w) and w == 0:
     return jnp.clip(tau_agn, tau_min, tau_max)
 

@@ -234,7 +234,11 @@ class Compiled:
       k_tool, k_tmpl = jax.random.split(key)
       tools, has = sampling_lib.sample_tools(k_tool, logits, jnp.log(rows), top_k=config.sampling.top_k,
                                              temperature=temperature, beta=beta)
-      templates = sampling_lib.sample_templates(k_tmpl, pher.tau_arg, self.template_mask, tools)
+      # Effective (lazily evaporated) tau_arg rows of the chosen tools only: O(B Tm), not O(N Tm).
+      tmpl_rows = pher_lib.arg_rows(pher, tools, tau_min=pc.tau_min)
+      row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0], dtype=jnp.int32), -1)
+      templates = sampling_lib.sample_templates(k_tmpl, tmpl_rows,
+                                                pher_lib.take_rows(self.template_mask, tools), row_of)
       logp = jnp.take_along_axis(logp_all, jnp.maximum(tools, 0)[:, None], axis=1)[:, 0]
       return tools, templates, logp, has
 
@@ -297,7 +301,8 @@ class Compiled:
           pher, tools, templates, mask, scores, task_emb, rho=pc.rho, alpha=pc.alpha, tau_min=pc.tau_min,
           tau_max=pc.tau_max, arg_rho=pc.arg_rho, arg_alpha=pc.arg_alpha)
 
-    self.pher_update = jax.jit(pher_update)
+    # Donated: the update writes B*H entries in place instead of copying the [N+1, N] tables.
+    self.pher_update = jax.jit(pher_update, donate_argnums=0)
 
 
 # --------------------------------------------------------------------------------------------------------

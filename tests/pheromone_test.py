@@ -1,6 +1,8 @@
-"""Tests for phgpo/pheromone.py: issue-2 cases, NumPy float64 references, bounds, sharding."""
+"""Tests for phgpo/pheromone.py: issue-2 cases, lazy == eager float64 NumPy references, bounds,
+O(B*H) update structure, sharding."""
 
 import functools
+import re
 
 import chex
 import jax
@@ -12,24 +14,36 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from phgpo import pheromone as ph
+from phgpo import sampling
 
 TOL = dict(rtol=1e-5, atol=1e-5)
+LAZY_TOL = dict(rtol=1e-6, atol=0.0)  # lazy f32 vs eager float64: relative error only
 HP = dict(rho=0.1, alpha=0.7, tau_min=0.05, tau_max=2.0, arg_rho=0.2, arg_alpha=0.4)
 
 
 # ------------------------------------------------------------------------------------------------
-# float64 NumPy references, written as plain loops.
+# float64 NumPy references, written as plain loops over DENSE tables (the eager rule).
 
 
-def np_update(state, tools, templates, mask, scores, emb, *, rho, alpha, tau_min, tau_max,
+def np_init(state):
+  """The reference state: dense float64 tables (every entry evaporated eagerly) and the bank."""
+  return dict(tau=np.asarray(state.tau, np.float64).copy(),
+              tau_arg=np.asarray(state.tau_arg, np.float64).copy(),
+              bank_emb=np.asarray(state.bank_emb, np.float64).copy(),
+              bank_edge=np.asarray(state.bank_edge).copy(),
+              bank_score=np.asarray(state.bank_score, np.float64).copy(),
+              bank_valid=np.asarray(state.bank_valid).copy(),
+              bank_ptr=int(state.bank_ptr))
+
+
+def np_update(ref, tools, templates, mask, scores, emb, *, rho, alpha, tau_min, tau_max,
               arg_rho, arg_alpha, bank_min_score=0.0):
-  tau = np.asarray(state.tau, np.float64) * (1 - rho)
-  tau_arg = np.asarray(state.tau_arg, np.float64) * (1 - arg_rho)
-  bank_emb = np.asarray(state.bank_emb, np.float64).copy()
-  bank_edge = np.asarray(state.bank_edge).copy()
-  bank_score = np.asarray(state.bank_score, np.float64).copy()
-  bank_valid = np.asarray(state.bank_valid).copy()
-  ptr = int(state.bank_ptr)
+  """Eager rule on every entry: tau <- clip((1 - rho) tau + alpha sum_b q_b 1[(i, j) in b])."""
+  tau = ref["tau"] * (1 - rho)
+  tau_arg = ref["tau_arg"] * (1 - arg_rho)
+  bank_emb, bank_edge = ref["bank_emb"].copy(), ref["bank_edge"].copy()
+  bank_score, bank_valid = ref["bank_score"].copy(), ref["bank_valid"].copy()
+  ptr = ref["bank_ptr"]
   cap = bank_edge.shape[0]
   n = tau.shape[1]
   tm = tau_arg.shape[1]
@@ -37,28 +51,30 @@ def np_update(state, tools, templates, mask, scores, emb, *, rho, alpha, tau_min
     seen, seen_arg, prev = set(), set(), n
     for h in range(tools.shape[1]):
       t, u = int(tools[b, h]), int(templates[b, h])
-      if mask[b, h] and 0 <= t < n and 0 <= prev <= n:
-        if (prev, t) not in seen:
-          seen.add((prev, t))
-          tau[prev, t] += alpha * scores[b]
-          if scores[b] >= bank_min_score:
-            e = np.asarray(emb[b], np.float64)
-            bank_emb[ptr] = e / max(np.linalg.norm(e), 1e-12)
-            bank_edge[ptr] = prev * n + t
-            bank_score[ptr] = scores[b]
-            bank_valid[ptr] = True
-            ptr = (ptr + 1) % cap
-        if 0 <= u < tm and (t, u) not in seen_arg:
-          seen_arg.add((t, u))
-          tau_arg[t, u] += arg_alpha * scores[b]
+      if mask[b, h] and 0 <= t < n and 0 <= prev <= n and (prev, t) not in seen:
+        seen.add((prev, t))
+        tau[prev, t] += alpha * float(scores[b])
+        if scores[b] >= bank_min_score:
+          e = np.asarray(emb[b], np.float64)
+          bank_emb[ptr] = e / max(np.linalg.norm(e), 1e-12)
+          bank_edge[ptr] = prev * n + t
+          bank_score[ptr] = scores[b]
+          bank_valid[ptr] = True
+          ptr = (ptr + 1) % cap
+      # The (tool, template) pair counts whatever the previous tool was (even a -1 step).
+      if mask[b, h] and 0 <= t < n and 0 <= u < tm and (t, u) not in seen_arg:
+        seen_arg.add((t, u))
+        tau_arg[t, u] += arg_alpha * float(scores[b])
       prev = t
-  return (np.clip(tau, tau_min, tau_max), np.clip(tau_arg, tau_min, tau_max), bank_emb,
-          bank_edge, bank_score, bank_valid, ptr)
+  return dict(tau=np.clip(tau, tau_min, tau_max), tau_arg=np.clip(tau_arg, tau_min, tau_max),
+              bank_emb=bank_emb, bank_edge=bank_edge, bank_score=bank_score,
+              bank_valid=bank_valid, bank_ptr=ptr)
 
 
-def np_rows(state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, tau_max,
+def np_rows(tau, state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, tau_max,
             dep_units="tau_range", max_evidence=256):
-  tau = np.asarray(state.tau, np.float64)
+  """Fused rows from the dense reference tau and the state's bank."""
+  tau = np.asarray(tau, np.float64)
   n = tau.shape[1]
   bank_emb = np.asarray(state.bank_emb, np.float64)
   out = np.zeros((len(prev_tools), n))
@@ -97,34 +113,61 @@ def random_batch(rng, b, h, n, tm, d, p_mask=0.8):
   return tools, templates, mask, scores, emb
 
 
+def assert_matches(test, state, ref, *, tau_min, tol=TOL):
+  """Effective tables vs the dense reference; bank fields; raw tables within the bounds too."""
+  np.testing.assert_allclose(np.asarray(ph.effective_tau(state, tau_min=tau_min), np.float64),
+                             ref["tau"], **tol)
+  np.testing.assert_allclose(np.asarray(ph.effective_tau_arg(state, tau_min=tau_min), np.float64),
+                             ref["tau_arg"], **tol)
+  np.testing.assert_allclose(state.bank_emb, ref["bank_emb"], **TOL)
+  np.testing.assert_array_equal(state.bank_edge, ref["bank_edge"])
+  np.testing.assert_allclose(state.bank_score, ref["bank_score"], **TOL)
+  np.testing.assert_array_equal(state.bank_valid, ref["bank_valid"])
+  test.assertEqual(int(state.bank_ptr), ref["bank_ptr"])
+
+
 UPDATE = jax.jit(functools.partial(ph.update_pheromone, **HP))
 
 
-def init(n=6, tm=3, cap=64, d=8, tau_init=1.0):
+def init(n=6, tm=3, cap=64, d=8, tau_init=1.0, edge_mask=None):
   return ph.init_pheromone(n, tm, tau_init=tau_init, tau_min=HP["tau_min"], tau_max=HP["tau_max"],
-                           bank_capacity=cap, embed_dim=d)
+                           bank_capacity=cap, embed_dim=d, edge_mask=edge_mask)
 
 
 class IssueCasesTest(parameterized.TestCase):
 
   def test_evaporation_reaches_every_edge(self):
-    # tau = [1, 1, 1], rho = 0.1, deposit 0.5 on edge 0 -> [1.4, 0.9, 0.9].
+    # tau = [1, 1, 1], rho = 0.1, deposit 0.5 on edge 0 -> [1.4, 0.9, 0.9] (dense eager form).
     tau = jnp.ones((1, 3), jnp.float32)
     out = ph.deposit(ph.evaporate(tau, rho=0.1), jnp.array([[0]]), jnp.array([[0]]),
                      jnp.array([[True]]), jnp.array([0.5], jnp.float32), alpha=1.0)
     np.testing.assert_array_equal(out, np.array([[1.4, 0.9, 0.9]], np.float32))
 
+  @chex.variants(with_jit=True, without_jit=True)
   def test_evaporation_case_through_update(self):
     state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_capacity=4,
                               embed_dim=2)
-    new = ph.update_pheromone(
-        state, jnp.array([[0]], jnp.int32), jnp.array([[0]], jnp.int32), jnp.array([[True]]),
-        jnp.array([0.5], jnp.float32), jnp.ones((1, 2)), rho=0.1, alpha=1.0, tau_min=0.1,
-        tau_max=10.0, arg_rho=0.1, arg_alpha=1.0)
+    upd = self.variant(functools.partial(ph.update_pheromone, rho=0.1, alpha=1.0, tau_min=0.1,
+                                         tau_max=10.0, arg_rho=0.1, arg_alpha=1.0))
+    new = upd(state, jnp.array([[0]], jnp.int32), jnp.array([[0]], jnp.int32), jnp.array([[True]]),
+              jnp.array([0.5], jnp.float32), jnp.ones((1, 2)))
     expected = np.full((4, 3), 0.9, np.float32)
     expected[3] = [1.4, 0.9, 0.9]  # row 3 = START
-    np.testing.assert_array_equal(new.tau, expected)
-    np.testing.assert_array_equal(new.tau_arg, np.array([[1.4], [0.9], [0.9]], np.float32))
+    np.testing.assert_array_equal(ph.effective_tau(new, tau_min=0.1), expected)
+    np.testing.assert_array_equal(ph.effective_tau_arg(new, tau_min=0.1),
+                                  np.array([[1.4], [0.9], [0.9]], np.float32))
+    np.testing.assert_array_equal(ph.arg_rows(new, jnp.array([0, 2]), tau_min=0.1),
+                                  np.array([[1.4], [0.9]], np.float32))
+    # Lazily stored: only the traversed entries were written; the rest still hold tau_init.
+    raw = np.ones((4, 3), np.float32)
+    raw[3, 0] = 1.4
+    np.testing.assert_array_equal(new.tau, raw)
+    stamps = np.zeros((4, 3), np.int32)
+    stamps[3, 0] = 1
+    np.testing.assert_array_equal(new.tau_step, stamps)
+    np.testing.assert_array_equal(new.tau_arg_step, [[1], [0], [0]])
+    self.assertEqual(int(new.num_updates), 1)
+    np.testing.assert_array_equal(new.rho, np.float32(0.1))
     np.testing.assert_array_equal(new.bank_valid, [True, False, False, False])
     np.testing.assert_array_equal(new.bank_edge[0], 3 * 3 + 0)
     self.assertEqual(int(new.bank_ptr), 1)
@@ -141,21 +184,206 @@ class IssueCasesTest(parameterized.TestCase):
     update = jax.jit(functools.partial(ph.update_pheromone, **dict(HP, rho=0.9, alpha=5.0)))
     rows_fn = jax.jit(functools.partial(ph.pheromone_rows, w=1.0, kappa=0.1, top_k_similar=4,
                                         tau_min=HP["tau_min"], tau_max=HP["tau_max"]))
+    lo, hi = HP["tau_min"], HP["tau_max"]
+    effective = jax.jit(lambda s: (ph.effective_tau(s, tau_min=lo),
+                                   ph.effective_tau_arg(s, tau_min=lo)))
     for _ in range(20):
       batch = random_batch(rng, 4, 6, n, tm, d)
       state = update(state, *map(jnp.asarray, batch))
-      for table in (state.tau, state.tau_arg):
-        self.assertGreaterEqual(float(table.min()), HP["tau_min"])
-        self.assertLessEqual(float(table.max()), HP["tau_max"])
+      for table in (state.tau, state.tau_arg, *effective(state)):
+        self.assertGreaterEqual(float(table.min()), lo)
+        self.assertLessEqual(float(table.max()), hi)
       rows = rows_fn(state, jnp.array([0, n, 2]), jnp.asarray(rng.normal(size=(3, d)), jnp.float32))
-      self.assertGreaterEqual(float(rows.min()), HP["tau_min"])
-      self.assertLessEqual(float(rows.max()), HP["tau_max"])
+      self.assertGreaterEqual(float(rows.min()), lo)
+      self.assertLessEqual(float(rows.max()), hi)
       self.assertTrue(np.isfinite(np.log(np.asarray(rows))).all())
     # rho = 1 would zero everything without clipping.
     full_evaporation = jax.jit(functools.partial(ph.update_pheromone,
                                                  **dict(HP, rho=1.0, arg_rho=1.0)))
-    self.assertGreaterEqual(float(full_evaporation(state, *map(jnp.asarray, batch)).tau.min()),
-                            HP["tau_min"])
+    state = ph.set_rates(state, rho=1.0, arg_rho=1.0, tau_min=lo)
+    gone = full_evaporation(state, *map(jnp.asarray, batch))
+    self.assertGreaterEqual(float(ph.effective_tau(gone, tau_min=lo).min()), lo)
+    self.assertGreaterEqual(float(ph.effective_tau_arg(gone, tau_min=lo).min()), lo)
+
+
+class LazyTest(parameterized.TestCase):
+  """The lazy O(B*H) update equals the eager dense rule (float64 NumPy) after every update."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters((0.1, 0.2, 1.0), (0.0, 1.0, 1.0), (1.0, 0.0, 0.3))
+  def test_lazy_equals_eager_many_updates(self, rho, arg_rho, alpha):
+    rng = np.random.default_rng(7)
+    n, tm, d = 7, 3, 4
+    edge_mask = rng.random((n + 1, n)) < 0.5
+    state = init(n, tm, cap=32, d=d, tau_init=1.3, edge_mask=edge_mask)
+    hp = dict(HP, rho=rho, arg_rho=arg_rho, alpha=alpha)
+    upd = self.variant(functools.partial(ph.update_pheromone, **hp))
+    ref = np_init(state)
+    num = 6 if "without_jit" in self.id() else 40
+    for step in range(num):
+      # Few tools per batch: most edges sit untouched for many updates (reaching tau_min),
+      # a few are deposited on again and again (reaching tau_max).
+      k = 2 if step % 3 else n
+      batch = random_batch(rng, 3, 4, k, tm, d)
+      ref = np_update(ref, *batch, **hp)
+      state = upd(state, *map(jnp.asarray, batch))
+      assert_matches(self, state, ref, tau_min=hp["tau_min"], tol=LAZY_TOL)
+    self.assertEqual(int(state.num_updates), num)
+    if 0 < rho < 1:
+      self.assertTrue((ref["tau"] == hp["tau_min"]).any())  # the floor was reached somewhere
+      self.assertTrue(((ref["tau"] > hp["tau_min"]) & (ref["tau"] < hp["tau_max"])).any())
+
+  def test_only_traversed_entries_are_written(self):
+    rng = np.random.default_rng(8)
+    n, tm, d = 6, 3, 4
+    state = init(n, tm, cap=5, d=d)
+    for step in range(1, 6):
+      tools, templates, mask, scores, emb = random_batch(rng, 4, 6, n, tm, d)
+      new = UPDATE(state, *map(jnp.asarray, (tools, templates, mask, scores, emb)))
+      written, written_arg = set(), set()
+      for b in range(4):
+        prev = n
+        for h in range(6):
+          t, u = int(tools[b, h]), int(templates[b, h])
+          if mask[b, h] and t >= 0:
+            written.add((prev, t))
+            if u >= 0:
+              written_arg.add((t, u))
+          prev = t
+      for table, stamps, old, old_stamps, pairs in (
+          (new.tau, new.tau_step, state.tau, state.tau_step, written),
+          (new.tau_arg, new.tau_arg_step, state.tau_arg, state.tau_arg_step, written_arg)):
+        touched = np.zeros(table.shape, bool)
+        for i, j in pairs:
+          touched[i, j] = True
+        np.testing.assert_array_equal(np.asarray(stamps)[touched], step)
+        np.testing.assert_array_equal(np.asarray(stamps)[~touched],
+                                      np.asarray(old_stamps)[~touched])
+        np.testing.assert_array_equal(np.asarray(table)[~touched], np.asarray(old)[~touched])
+      state = new
+
+  def test_update_is_sparse_at_top_level_and_copy_free(self):
+    # Every op producing a table-sized array is a reshape or an in-place scatter; and with the
+    # state donated the compiled update copies no table, alone or fused with reads of the same
+    # state (sampling and update in one program).
+    n, tm, d = 97, 4, 8
+    state = init(n, tm, cap=64, d=d)
+    batch = tuple(map(jnp.asarray, random_batch(np.random.default_rng(9), 4, 5, n, tm, d)))
+    fn = functools.partial(ph.update_pheromone, **HP)
+    big = (n + 1) * n
+    for eqn in jax.make_jaxpr(fn)(state, *batch).jaxpr.eqns:
+      if any(np.prod(v.aval.shape, dtype=int) >= big for v in eqn.outvars):
+        self.assertIn(eqn.primitive.name, {"reshape", "scatter"}, eqn)
+
+    def fused(state, tools, templates, mask, scores, emb):
+      rows = ph.pheromone_rows(state, jnp.full((4,), n, jnp.int32), emb, w=0.5, kappa=1.0,
+                               top_k_similar=4, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
+      first = jnp.argmax(rows, axis=-1).astype(jnp.int32)  # a decision read from the state
+      tmpl = jnp.argmax(ph.arg_rows(state, first, tau_min=HP["tau_min"]), axis=-1)
+      tools = tools.at[:, 0].set(first)
+      templates = templates.at[:, 0].set(tmpl.astype(jnp.int32))
+      return fn(state, tools, templates, mask, scores, emb)
+
+    for f in (fn, fused):
+      hlo = jax.jit(f, donate_argnums=0).lower(state, *batch).compile().as_text()
+      entry = hlo[hlo.index("ENTRY"):]
+      entry = entry[:entry.index("\n}")]
+      copies = re.findall(r"= \w+\[(\d+(?:,\d+)*)\][^=]*? copy\(", entry)
+      sizes = [np.prod([int(s) for s in c.split(",")]) for c in copies]
+      self.assertTrue(all(s < n * tm for s in sizes), (f, copies))
+      self.assertNotIn(" while(", entry)
+      self.assertNotIn(" conditional(", entry)
+
+  def test_rates_are_recorded_and_a_change_fails_loudly(self):
+    rng = np.random.default_rng(10)
+    n, tm, d = 6, 3, 4
+    batch = tuple(map(jnp.asarray, random_batch(rng, 4, 6, n, tm, d)))
+    state = UPDATE(init(n, tm, cap=5, d=d), *batch)
+    np.testing.assert_array_equal(state.rho, np.float32(HP["rho"]))
+    np.testing.assert_array_equal(state.arg_rho, np.float32(HP["arg_rho"]))
+    for change in (dict(rho=0.3), dict(arg_rho=0.5)):
+      (name, new), = change.items()
+      message = f"{name} changed from {HP[name]:g} to {new:g}.*set_rates"
+      with self.assertRaisesRegex(ValueError, message):
+        ph.update_pheromone(state, *batch, **dict(HP, **change))
+      # Under jit it cannot raise: the state is poisoned, and the readers say so.
+      bad = jax.jit(functools.partial(ph.update_pheromone, **dict(HP, **change)))(state, *batch)
+      self.assertTrue(np.isnan(getattr(bad, name)))
+      self.assertTrue(np.isnan(jax.jit(functools.partial(
+          ph.effective_tau if name == "rho" else ph.effective_tau_arg,
+          tau_min=HP["tau_min"]))(bad)).any())
+      with self.assertRaisesRegex(ValueError, f"{name} is NaN.*set_rates"):
+        ph.effective_tau(bad, tau_min=HP["tau_min"])
+      with self.assertRaisesRegex(ValueError, "is NaN"):
+        ph.update_pheromone(bad, *batch, **HP)
+      self.assertTrue(np.isnan(getattr(UPDATE(bad, *batch), name)))  # sticky under jit
+
+  def test_set_rates_changes_rates_exactly(self):
+    rng = np.random.default_rng(10)
+    n, tm, d = 6, 3, 4
+    state = init(n, tm, cap=5, d=d)
+    ref = np_init(state)
+    upd = jax.jit(ph.update_pheromone)  # rates traced
+    phases = [(0.1, 0.2, 4), (0.3, 0.2, 3), (0.0, 0.5, 2)]
+    for p, (rho, arg_rho, steps) in enumerate(phases):
+      hp = dict(HP, rho=rho, arg_rho=arg_rho)
+      if p:
+        state = ph.set_rates(state, rho=rho, arg_rho=arg_rho, tau_min=HP["tau_min"])
+        assert_matches(self, state, ref, tau_min=HP["tau_min"], tol=LAZY_TOL)
+        np.testing.assert_array_equal(state.tau_step, int(state.num_updates))
+      for _ in range(steps):
+        batch = random_batch(rng, 4, 6, 3, tm, d)
+        ref = np_update(ref, *batch, **hp)
+        before = state
+        state = upd(state, *map(jnp.asarray, batch), **hp)
+        assert_matches(self, state, ref, tau_min=HP["tau_min"], tol=LAZY_TOL)
+        # Constant rate: untouched entries keep their stamps (no dense pass).
+        untouched = np.asarray(state.tau_step) <= int(before.num_updates)
+        np.testing.assert_array_equal(np.asarray(state.tau_step)[untouched],
+                                      np.asarray(before.tau_step)[untouched])
+    np.testing.assert_array_equal(state.rho, np.float32(0.0))
+    np.testing.assert_array_equal(state.arg_rho, np.float32(0.5))
+
+  def test_update_traces_once(self):
+    rng = np.random.default_rng(11)
+    n, tm, d = 5, 2, 4
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def upd(state, *batch):
+      return ph.update_pheromone(state, *batch, **HP)
+
+    state = init(n, tm, cap=8, d=d)
+    for _ in range(4):
+      state = upd(state, *map(jnp.asarray, random_batch(rng, 2, 3, n, tm, d)))
+
+  def test_arg_rows_feed_sample_templates(self):
+    # The cheap path for train.py: rows of the chosen tools only, same draws as the dense table.
+    rng = np.random.default_rng(12)
+    n, tm, d = 6, 3, 4
+    template_mask = rng.random((n, tm)) < 0.7
+    state = ph.init_pheromone(n, tm, tau_init=1.0, tau_min=HP["tau_min"], tau_max=HP["tau_max"],
+                              template_mask=template_mask, bank_capacity=5, embed_dim=d)
+    for _ in range(5):
+      state = UPDATE(state, *map(jnp.asarray, random_batch(rng, 4, 6, n, tm, d)))
+    tools = jnp.array([0, 3, -1, 5, 2, 2, 7], jnp.int32)
+    dense = ph.effective_tau_arg(state, tau_min=HP["tau_min"])
+    rows = ph.arg_rows(state, tools, tau_min=HP["tau_min"])
+    np.testing.assert_array_equal(rows, np.asarray(dense)[np.clip(tools, 0, n - 1)])
+    self.assertGreater(np.abs(np.asarray(dense) - np.asarray(state.tau_arg)).max(), 1e-3)
+    tmask = jnp.asarray(template_mask)
+    valid = (tools >= 0) & (tools < n)
+    for seed in range(3):
+      key = jax.random.key(seed)
+      want = sampling.sample_templates(key, dense, tmask, tools)
+      got = sampling.sample_templates(key, rows, ph.take_rows(tmask, tools),
+                                      jnp.where(valid, jnp.arange(tools.shape[0]), -1))
+      np.testing.assert_array_equal(got, want)
+
+  def test_readers_check_tau_min(self):
+    state = init()
+    with self.assertRaisesRegex(ValueError, "tau_min must be > 0"):
+      ph.effective_tau(state, tau_min=0.0)
 
 
 class UpdateTest(parameterized.TestCase):
@@ -188,6 +416,18 @@ class UpdateTest(parameterized.TestCase):
                      jnp.ones((2, 3), bool), jnp.array([0.5, 0.25], jnp.float32), alpha=1.0)
     np.testing.assert_array_equal(out, np.array([[0.0, 0.75], [0.25, 0.0], [0.0, 0.0]], np.float32))
 
+  def test_repeated_edge_deposits_once_through_update(self):
+    # Trajectory 0 loops on (0, 0): deposits once; trajectory 1 also crosses (0, 0): both count.
+    state = ph.init_pheromone(2, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_capacity=8,
+                              embed_dim=2)
+    new = ph.update_pheromone(
+        state, jnp.array([[0, 0, 0], [1, 0, 0]], jnp.int32), jnp.zeros((2, 3), jnp.int32),
+        jnp.ones((2, 3), bool), jnp.array([0.5, 0.25], jnp.float32), jnp.ones((2, 2)), rho=0.5,
+        alpha=1.0, tau_min=0.1, tau_max=10.0, arg_rho=0.5, arg_alpha=1.0)
+    np.testing.assert_allclose(ph.effective_tau(new, tau_min=0.1),
+                               [[1.25, 0.5], [0.75, 0.5], [1.0, 0.75]], **TOL)
+    np.testing.assert_allclose(ph.effective_tau_arg(new, tau_min=0.1), [[1.25], [0.75]], **TOL)
+
   def test_masked_and_invalid_steps_do_not_deposit(self):
     tau = jnp.zeros((3, 2), jnp.float32)
     out = ph.deposit(tau, jnp.array([[0, -1, 2, 5]]), jnp.array([[1, 0, -1, 0]]),
@@ -201,27 +441,27 @@ class UpdateTest(parameterized.TestCase):
     rng = np.random.default_rng(2)
     n, tm, d = 6, 3, 8
     state = init(n, tm, cap=64, d=d)
+    ref = np_init(state)
     upd = self.variant(functools.partial(ph.update_pheromone, bank_min_score=bank_min_score, **HP))
     for _ in range(3):
       batch = random_batch(rng, 5, 7, n, tm, d)
-      ref = np_update(state, *batch, bank_min_score=bank_min_score, **HP)
+      ref = np_update(ref, *batch, bank_min_score=bank_min_score, **HP)
       state = upd(state, *map(jnp.asarray, batch))
-      for got, want in zip(state, ref):
-        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), **TOL)
+      assert_matches(self, state, ref, tau_min=HP["tau_min"])
 
   def test_ring_buffer_wraps_and_keeps_latest(self):
     rng = np.random.default_rng(3)
     n, tm, d = 6, 3, 4
     state = init(n, tm, cap=5, d=d)
-    upd = UPDATE
+    ref = np_init(state)
     for _ in range(4):  # far more than 5 entries per update: only the last 5 stay
       batch = random_batch(rng, 4, 6, n, tm, d, p_mask=1.0)
-      ref = np_update(state, *batch, **HP)
-      state = upd(state, *map(jnp.asarray, batch))
-      np.testing.assert_array_equal(state.bank_edge, ref[3])
-      np.testing.assert_allclose(state.bank_score, ref[4], **TOL)
-      np.testing.assert_allclose(state.bank_emb, ref[2], **TOL)
-      self.assertEqual(int(state.bank_ptr), ref[6])
+      ref = np_update(ref, *batch, **HP)
+      state = UPDATE(state, *map(jnp.asarray, batch))
+      np.testing.assert_array_equal(state.bank_edge, ref["bank_edge"])
+      np.testing.assert_allclose(state.bank_score, ref["bank_score"], **TOL)
+      np.testing.assert_allclose(state.bank_emb, ref["bank_emb"], **TOL)
+      self.assertEqual(int(state.bank_ptr), ref["bank_ptr"])
 
   def test_init_values_and_errors(self):
     mask = np.array([[True, False], [True, True]])
@@ -231,6 +471,11 @@ class UpdateTest(parameterized.TestCase):
                           bank_capacity=3, embed_dim=4, edge_mask=edge_mask)
     np.testing.assert_array_equal(s.tau, np.array([[0.1, 0.1], [0.1, 0.1], [0.5, 0.1]], np.float32))
     np.testing.assert_array_equal(s.tau_arg, np.array([[0.5, 0.1], [0.5, 0.5]], np.float32))
+    np.testing.assert_array_equal(ph.effective_tau(s, tau_min=0.1), s.tau)
+    np.testing.assert_array_equal(ph.effective_tau_arg(s, tau_min=0.1), s.tau_arg)
+    np.testing.assert_array_equal(s.tau_step, np.zeros((3, 2), np.int32))
+    np.testing.assert_array_equal(s.tau_arg_step, np.zeros((2, 2), np.int32))
+    self.assertEqual(int(s.num_updates), 0)
     self.assertEqual(s.bank_emb.shape, (3, 4))
     self.assertFalse(s.bank_valid.any())
     kw = dict(tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_capacity=3, embed_dim=4)
@@ -244,17 +489,26 @@ class UpdateTest(parameterized.TestCase):
       ph.init_pheromone(2, 2, template_mask=np.ones((2, 3), bool), **kw)
     with self.assertRaisesRegex(ValueError, "rho must lie in"):
       ph.evaporate(s.tau, rho=1.5)
+    batch = (jnp.zeros((1, 1), jnp.int32),) * 2 + (jnp.ones((1, 1), bool), jnp.ones(1),
+                                                   jnp.ones((1, 4)))
+    with self.assertRaisesRegex(ValueError, "arg_rho must lie in"):
+      ph.update_pheromone(s, *batch, **dict(HP, arg_rho=-0.1))
+    with self.assertRaisesRegex(ValueError, "tau_max"):
+      ph.update_pheromone(s, *batch, **dict(HP, tau_max=0.01))
 
 
 class RowsTest(parameterized.TestCase):
 
   def _filled_state(self, rng, n=5, d=6, cap=48):
     state = init(n, 2, cap=cap, d=d)
-    # Few distinct edges so that each edge collects several entries.
-    tools = rng.integers(0, 2, size=(8, 4)).astype(np.int32)
-    batch = (tools, np.zeros_like(tools), np.ones((8, 4), bool), rng.random(8).astype(np.float32),
-             rng.normal(size=(8, d)).astype(np.float32))
-    return UPDATE(state, *map(jnp.asarray, batch))
+    # Few distinct edges so that each edge collects several entries; several updates so that
+    # the lazily stored values differ from the effective ones.
+    for _ in range(3):
+      tools = rng.integers(0, 2, size=(8, 4)).astype(np.int32)
+      batch = (tools, np.zeros_like(tools), np.ones((8, 4), bool),
+               rng.random(8).astype(np.float32), rng.normal(size=(8, d)).astype(np.float32))
+      state = UPDATE(state, *map(jnp.asarray, batch))
+    return state
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((2, "tau_range", 0.3, 256), (64, "score", 1.0, 64),
@@ -263,26 +517,30 @@ class RowsTest(parameterized.TestCase):
     rng = np.random.default_rng(4)
     n, d = 5, 6
     state = self._filled_state(rng, n, d)
+    tau = ph.effective_tau(state, tau_min=HP["tau_min"])
     prev = np.array([n, 0, 1, 3, 0], np.int32)
     emb = rng.normal(size=(5, d)).astype(np.float32)
     kw = dict(w=w, kappa=0.7, top_k_similar=top_k_similar, tau_min=HP["tau_min"],
               tau_max=HP["tau_max"], dep_units=dep_units, max_evidence=max_evidence)
     got = self.variant(functools.partial(ph.pheromone_rows, **kw))(state, prev, emb)
-    np.testing.assert_allclose(got, np_rows(state, prev, emb, **kw), **TOL)
-    self.assertGreater(np.abs(np.asarray(got) - np.asarray(state.tau)[prev]).max(), 1e-3)
+    np.testing.assert_allclose(got, np_rows(tau, state, prev, emb, **kw), **TOL)
+    self.assertGreater(np.abs(np.asarray(got) - np.asarray(tau)[prev]).max(), 1e-3)
 
   def test_no_evidence_or_zero_weight_gives_task_agnostic_row(self):
     rng = np.random.default_rng(5)
     state = self._filled_state(rng)
+    tau = ph.effective_tau(state, tau_min=HP["tau_min"])
     prev = jnp.array([5, 0, 4], jnp.int32)
     emb = jnp.asarray(rng.normal(size=(3, 6)), jnp.float32)
     kw = dict(kappa=1.0, top_k_similar=4, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
-    np.testing.assert_array_equal(ph.pheromone_rows(state, prev, emb, w=0.0, **kw), state.tau[prev])
+    np.testing.assert_array_equal(ph.pheromone_rows(state, prev, emb, w=0.0, **kw), tau[prev])
+    # The rows are the evaporated values, not the stored ones.
+    self.assertGreater(np.abs(np.asarray(tau[prev]) - np.asarray(state.tau[prev])).max(), 1e-3)
     rows = jax.jit(functools.partial(ph.pheromone_rows, w=1.0, **kw))
     empty = init(5, 2, cap=48, d=6)
     np.testing.assert_array_equal(rows(empty, prev, emb), empty.tau[prev])
     # A zero task embedding has no positive similarity: no task-dependent evidence.
-    np.testing.assert_array_equal(rows(state, prev, jnp.zeros((3, 6))), state.tau[prev])
+    np.testing.assert_array_equal(rows(state, prev, jnp.zeros((3, 6))), tau[prev])
 
   def test_confidence_formula_exact(self):
     # One entry, identical task (cos = 1): c = 1 / (1 + kappa) = 0.5, qbar = 1,
@@ -320,15 +578,30 @@ class ShardingTest(parameterized.TestCase):
       self.skipTest("needs 8 devices (tests/conftest.py sets XLA_FLAGS)")
     rng = np.random.default_rng(6)
     n, tm, d, b = 7, 3, 8, 16
-    state = init(n, tm, cap=96, d=d)
+    upd = UPDATE
+    state = upd(init(n, tm, cap=96, d=d), *map(jnp.asarray, random_batch(rng, b, 5, n, tm, d)))
     batch = tuple(map(jnp.asarray, random_batch(rng, b, 5, n, tm, d)))
     prev = jnp.asarray(rng.integers(0, n + 1, size=b), jnp.int32)
+    tools = jnp.asarray(rng.integers(-1, n, size=b), jnp.int32)
     emb = batch[-1]
-    upd = jax.jit(functools.partial(ph.update_pheromone, **HP))
     rows = jax.jit(functools.partial(ph.pheromone_rows, w=0.6, kappa=0.5, top_k_similar=3,
                                      tau_min=HP["tau_min"], tau_max=HP["tau_max"]))
+    args = jax.jit(functools.partial(ph.arg_rows, tau_min=HP["tau_min"]))
+    template_mask = jnp.asarray(rng.random((n, tm)) < 0.7)
+
+    @jax.jit
+    def templates(state, key, tools):  # the call recommended for phgpo/train.py's `decide`
+      row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0], dtype=jnp.int32), -1)
+      return sampling.sample_templates(key, ph.arg_rows(state, tools, tau_min=HP["tau_min"]),
+                                       ph.take_rows(template_mask, tools), row_of)
+
+    key = jax.random.key(3)
     ref_state = upd(state, *batch)
     ref_rows = rows(ref_state, prev, emb)
+    ref_args = args(ref_state, tools)
+    ref_tmpl = templates(ref_state, key, tools)
+    np.testing.assert_array_equal(ref_tmpl, sampling.sample_templates(
+        key, ph.effective_tau_arg(ref_state, tau_min=HP["tau_min"]), template_mask, tools))
 
     mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
     with jax.set_mesh(mesh):
@@ -336,10 +609,15 @@ class ShardingTest(parameterized.TestCase):
       rep_state = jax.device_put(state, NamedSharding(mesh, P()))
       got_state = upd(rep_state, *map(shard, batch))
       got_rows = rows(got_state, shard(prev), shard(emb))
+      got_args = args(got_state, shard(tools))
+      got_tmpl = templates(got_state, key, shard(tools))
     for got, want in zip(got_state, ref_state):
       np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), **TOL)
     np.testing.assert_allclose(got_rows, ref_rows, **TOL)
+    np.testing.assert_allclose(got_args, ref_args, **TOL)
+    np.testing.assert_array_equal(got_tmpl, ref_tmpl)
     self.assertEqual(got_rows.shape, (b, n))
+    self.assertEqual(got_args.shape, (b, tm))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 from absl.testing import absltest
 
 from configs import phgpo_traject
+from phgpo import pheromone as pher_lib
 from phgpo import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,9 +134,13 @@ class PhGPOTrainTest(absltest.TestCase):
     st = train.run_rl(c, p, self.compiled, self.create_tempdir().full_path, seed=1,
                       init_params=self.policy.init(jax.random.key(0)), beta_max=0.7, w_max=0.5,
                       progress=False)
-    tau = np.asarray(st["pheromone"].tau)
-    self.assertGreaterEqual(tau.min(), c.pheromone.tau_min)
-    self.assertLessEqual(tau.max(), c.pheromone.tau_max)
+    pher = st["pheromone"]
+    self.assertGreater(int(pher.num_updates), 0)
+    for table in (pher_lib.effective_tau(pher, tau_min=c.pheromone.tau_min),
+                  pher_lib.effective_tau_arg(pher, tau_min=c.pheromone.tau_min)):
+      table = np.asarray(table)
+      self.assertGreaterEqual(table.min(), c.pheromone.tau_min - 1e-7)
+      self.assertLessEqual(table.max(), c.pheromone.tau_max + 1e-7)
 
   def test_comparison_writes_table_and_artifacts(self):
     d = self.create_tempdir().full_path

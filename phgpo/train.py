@@ -584,6 +584,16 @@ def _write_json(path: str, obj: dict) -> None:
   os.replace(path + ".tmp", path)
 
 
+def _open_run(config, workdir: str, init: dict):
+  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run."""
+  ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
+                             save_every=config.checkpoint.every)
+  state, start = ck.restore_or_init(init)
+  start = 0 if start is None else start
+  writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
+  return ck, _commit(state), start, writer
+
+
 def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int,
                progress: bool = True) -> dict:
   """Stage 1: supervised next-tool learning on the gold trajectories of the training split.
@@ -594,12 +604,7 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
   os.makedirs(workdir, exist_ok=True)
   wc = config.warmup
   state = init_state(config, compiled.policy, problem, seed=seed, learning_rate=wc.learning_rate)
-  ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
-                             save_every=config.checkpoint.every)
-  state, start = ck.restore_or_init(state)
-  state = _commit(state)
-  start = 0 if start is None else start
-  writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
+  ck, state, start, writer = _open_run(config, workdir, state)
 
   # All gold decisions of the training split: (task, step) pairs.
   tr = problem.train_idx
@@ -648,12 +653,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                      params=init_params)
-  ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
-                             save_every=config.checkpoint.every)
-  state, start = ck.restore_or_init(state)
-  state = _commit(state)
-  start = 0 if start is None else start
-  writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
+  ck, state, start, writer = _open_run(config, workdir, state)
   m = rc.rollouts_per_task
   envs = make_envs(config, problem, rc.tasks_per_step * m)
   try:
@@ -713,17 +713,6 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   writer.close()
   ck.close()
   return state
-
-
-def _load_final(workdir: str, target: dict) -> dict | None:
-  path = os.path.join(workdir, "checkpoints")
-  if not os.path.isdir(path):
-    return None
-  ck = ckpt_lib.Checkpointer(path)
-  step = ck.latest_step()
-  out = None if step is None else ck.restore(step, target)
-  ck.close()
-  return out
 
 
 def run_seed(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int,

@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from common import metric_writer
 from common import metrics as metrics_lib
 from progagent import harness
 from progagent import tasks as tasks_lib
@@ -342,20 +343,9 @@ def _key(rec: Mapping[str, Any]) -> tuple:
 
 
 def read_records(path: str) -> list[dict]:
-  """The records of a teacher JSONL file (a truncated last line, from a killed run, is skipped)."""
-  out = []
-  if not os.path.exists(path):
-    return out
-  with open(path) as f:
-    for line in f:
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        out.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue
-  return out
+  """The records of a teacher JSONL file ([] when it does not exist; a truncated last line, from a killed
+  run, is skipped)."""
+  return metric_writer.read_jsonl(path) if os.path.exists(path) else []
 
 
 def collect(client: ChatClient | Callable[[list[dict]], str], task_ids: Sequence[str], *, mode: str, k: int,

@@ -22,21 +22,23 @@ BENCHMARKS = {
 }
 
 
-def _print_result(res, indent="  ") -> None:
-  """Prints a benchmark's result dict: every number, ratios first."""
-  if not isinstance(res, dict):
-    print(indent + str(res))
-    return
-  keys = sorted(res, key=lambda k: (("ratio" not in k and "speedup" not in k), k))
-  for k in keys:
-    v = res[k]
-    if isinstance(v, dict):
-      print(f"{indent}{k}:")
-      _print_result(v, indent + "  ")
-    elif isinstance(v, float):
-      print(f"{indent}{k}: {v:.4g}")
-    else:
-      print(f"{indent}{k}: {v}")
+def _ratio_lines(res, path=""):
+  """Yields 'path: value' for every number whose path names a ratio or speed-up."""
+  if isinstance(res, dict):
+    for k, v in res.items():
+      yield from _ratio_lines(v, f"{path}/{k}" if path else str(k))
+  elif isinstance(res, (int, float)) and not isinstance(res, bool):
+    if "ratio" in path or "speedup" in path or "_over_" in path:
+      yield f"{path}: {res:.4g}"
+
+
+def _print_result(res) -> None:
+  """Prints a benchmark's ratios (each benchmark prints its own table too)."""
+  lines = list(_ratio_lines(res))
+  if lines:
+    print("  ratios:")
+    for line in lines:
+      print("    " + line)
 
 
 def main(argv=None) -> int:

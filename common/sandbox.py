@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import logging
 import os
 import pathlib
@@ -430,6 +431,10 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str, config: SandboxConfig,
        "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "sandbox"]
   if not config.network:
     a.append("--unshare-net")
+  # The private /tmp first: read-only paths that live under the host's /tmp (a checkout or venv in
+  # /tmp, as CI clones can be) are then mounted on top of it instead of being hidden by it.
+  os.makedirs(os.path.join(workspace, "tmp"), exist_ok=True)
+  a += ["--bind", workspace, "/workspace", "--bind", os.path.join(workspace, "tmp"), "/tmp"]
   for d in _SYSTEM_DIRS:
     if os.path.islink(d):
       a += ["--symlink", os.readlink(d), d]
@@ -441,15 +446,29 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str, config: SandboxConfig,
   if config.network:
     etc += [p for p in ("/etc/resolv.conf", "/etc/gai.conf") if os.path.exists(p)]
   ro = list(etc) + list(default_ro_paths()) + [os.path.abspath(p) for p in config.ro_paths]
+  # A checkout under the host's /tmp: its folder would otherwise be made (writable) inside the private
+  # /tmp as the parent of the package binds. A read-only stub holding only the mount points of this
+  # launch's binds is bound there first, so the folder stays read-only and shows nothing else.
+  root = str(_PROJECT_ROOT)
   seen = set()
+  binds = []
   for p in ro:
     if p in seen or not os.path.exists(p):
       continue
     seen.add(p)
+    binds.append(p)
+  if root.startswith("/tmp/"):
+    under = sorted({os.path.relpath(p, root).split(os.sep)[0] for p in binds
+                    if p.startswith(root + os.sep)})
+    stub = os.path.join(tempfile.gettempdir(), ".agentrl-root-stubs",
+                        hashlib.sha1("\0".join([root] + under).encode()).hexdigest()[:16])
+    for d in under:
+      os.makedirs(os.path.join(stub, d), exist_ok=True)
+    os.makedirs(stub, exist_ok=True)
+    a += ["--ro-bind", stub, root]
+  for p in binds:
     a += ["--ro-bind", p, p]
-  os.makedirs(os.path.join(workspace, "tmp"), exist_ok=True)
-  a += ["--bind", workspace, "/workspace", "--bind", os.path.join(workspace, "tmp"), "/tmp",
-        "--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace", "--remount-ro", "/"]
+  a += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace", "--remount-ro", "/"]
   env = {
       "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
       "LANG": "C.UTF-8", "PYTHONPATH": str(_PROJECT_ROOT), "PYTHONDONTWRITEBYTECODE": "1",

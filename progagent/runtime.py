@@ -199,7 +199,8 @@ def _strip_project_mounts(argv: list[str]) -> list[str]:
       break
     if a == "--ro-bind" and i + 2 < len(argv):
       src = argv[i + 1]
-      inside = src == root or src.startswith(root + os.sep)
+      # argv[i + 2] == root: the read-only stub common.sandbox binds over a checkout under /tmp.
+      inside = src == root or src.startswith(root + os.sep) or argv[i + 2] == root
       if inside and not any(src == p or src.startswith(p + os.sep) for p in keep_prefixes):
         i += 3
         continue

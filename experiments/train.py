@@ -8,6 +8,7 @@ Running the same command again resumes every unfinished run from its latest chec
 finished ones.
 """
 
+import json
 import logging
 import os
 
@@ -22,19 +23,50 @@ _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _check_same_config(workdir: str, config) -> None:
+  """Refuses a workdir whose saved config differs: its checkpoints and results belong to that config.
+
+  Raises:
+    ValueError: listing the differing keys, and how to proceed.
+  """
+  path = os.path.join(workdir, "config.json")
+  new = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    with open(path) as f:
+      old = json.load(f)
+    diffs = _diff(old, new)
+    if diffs:
+      raise ValueError(
+          f"--workdir {workdir} holds checkpoints and results of a different config:\n  "
+          + "\n  ".join(diffs[:20]) + "\nUse a new --workdir (or delete this one) to run with the new "
+          "values; rerun with the same config to resume.")
+  with open(path, "w") as f:
+    json.dump(new, f, indent=1)
+
+
+def _diff(old, new, prefix="") -> list[str]:
+  if isinstance(old, dict) and isinstance(new, dict):
+    out = []
+    for k in sorted(set(old) | set(new)):
+      out += _diff(old.get(k, "<missing>"), new.get(k, "<missing>"), f"{prefix}{k}." if prefix or k else k)
+    return out
+  return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
 def main(argv):
   del argv
   config = _CONFIG.value
   logging.getLogger("absl").setLevel(logging.WARNING)
   workdir = os.path.abspath(_WORKDIR.value)
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f"--workdir {workdir} is a file; give a folder (it is created if missing)")
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=1))
   if _DATA_DIR.value:
     if "data" not in config:
       raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
     with config.unlocked():
       config.data.path = _DATA_DIR.value
+  _check_same_config(workdir, config)
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top
     train.run_comparison(config, workdir, progress=_PROGRESS.value)

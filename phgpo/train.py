@@ -99,6 +99,7 @@ def prepare_problem(config: ml_collections.ConfigDict) -> Problem:
   from phgpo import features  # pylint: disable=g-import-not-at-top
 
   root = data_lib.find_traject_bench(config.data.path or None)
+  logging.warning("TRAJECT-Bench data from %s", root)
   tasks = data_lib.load_tasks(root, domains=list(config.data.domains) or None)
   if config.data.max_tasks:
     rng = np.random.default_rng(config.data.split_seed)

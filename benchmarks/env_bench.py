@@ -45,7 +45,7 @@ def _scienceworld(quick: bool):
 
 
 def _replay(quick: bool):
-  from common.envs.replay_env import match_reward, replay_env_spec
+  from phgpo.replay_env import match_reward, replay_env_spec
   spec = replay_env_spec(domains=["Finance"], max_steps=20)
   n = 8 if quick else 24
 

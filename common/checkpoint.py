@@ -50,8 +50,11 @@ def structure_mismatches(saved: Any, target: Any) -> list[str]:
     target: the pytree the caller wants to restore into.
 
   Returns:
-    One human-readable line per mismatch: keys only in the checkpoint, keys only in the target, and
-    keys whose shape or dtype differ. Empty when the structures agree.
+    One human-readable line per mismatch: keys only in the checkpoint, keys only in the target, keys
+    whose shape differs ('shape mismatch at KEY: checkpoint (3, 4) vs train state (3, 8)') and keys whose
+    dtype differs ('dtype mismatch at KEY: checkpoint float32 vs train state bfloat16'); a leaf that
+    differs in both gets both lines. Dtypes are compared exactly: a float32 checkpoint is not silently
+    cast into a bfloat16 state. Empty when the structures agree.
   """
   a, b = _flatten(saved), _flatten(target)
   lines = []
@@ -60,8 +63,10 @@ def structure_mismatches(saved: Any, target: Any) -> list[str]:
   for k in sorted(set(b) - set(a)):
     lines.append(f"only in train state: {k} {b[k][0]} {b[k][1]}")
   for k in sorted(set(a) & set(b)):
-    if a[k][0] != b[k][0] or a[k][1] != b[k][1]:
-      lines.append(f"mismatch at {k}: checkpoint {a[k][0]} {a[k][1]} vs train state {b[k][0]} {b[k][1]}")
+    if a[k][0] != b[k][0]:
+      lines.append(f"shape mismatch at {k}: checkpoint {a[k][0]} vs train state {b[k][0]}")
+    if a[k][1] != b[k][1]:
+      lines.append(f"dtype mismatch at {k}: checkpoint {a[k][1]} vs train state {b[k][1]}")
   return lines
 
 

@@ -18,35 +18,25 @@ Layers:
                 isolation, no enforceable timeout).
 
 A `StepResult` is a NamedTuple (observation, status, done, info), field-compatible with
-phgpo.env.StepResult.
+common.envs.base.StepResult.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from typing import Any, Callable, NamedTuple
 
+from common.envs.base import StepResult  # noqa: F401  (re-exported)
+from common import timeouts
 from common.sandbox import Sandbox, SandboxConfig
 
 _log = logging.getLogger(__name__)
-
-
-class StepResult(NamedTuple):
-  """One environment step: observation text, status string, done flag, info dict."""
-  observation: str
-  status: str
-  done: bool
-  info: dict
 
 
 class EnvSpec(NamedTuple):
@@ -57,7 +47,8 @@ class EnvSpec(NamedTuple):
     kwargs: JSON-serialisable keyword arguments for the factory.
     ro_paths: extra host paths the environment reads (data sets), mounted read-only.
     env: extra environment variables inside the sandbox, as (name, value) pairs.
-    start_timeout_s: seconds allowed for the process to start and list its tools.
+    start_timeout_s: seconds allowed on an idle machine for the process to start and list its tools;
+      stretched by common.timeouts.scale() when the CPUs are loaded.
   """
   factory: str
   kwargs: dict = {}
@@ -66,289 +57,7 @@ class EnvSpec(NamedTuple):
   start_timeout_s: float = 120.0
 
 
-class EnvError(RuntimeError):
-  """The environment process failed; `reason` says how (see the module docstring)."""
-
-  def __init__(self, reason: str, detail: str = "", *, exit_code: int | None = None):
-    self.reason = reason
-    self.detail = detail
-    self.exit_code = exit_code
-    super().__init__(f"{reason}: {detail}" if detail else reason)
-
-
-class LoopThread:
-  """An asyncio event loop running on its own daemon thread."""
-
-  def __init__(self, name: str = "env-loop"):
-    self.loop = asyncio.new_event_loop()
-    self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-    self._thread.start()
-
-  def submit(self, coro) -> concurrent.futures.Future:
-    return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-  def run(self, coro, timeout: float | None = None):
-    return self.submit(coro).result(timeout)
-
-  def close(self) -> None:
-    if self.loop.is_closed():
-      return
-    self.loop.call_soon_threadsafe(self.loop.stop)
-    self._thread.join(timeout=10)
-    if not self.loop.is_running():
-      self.loop.close()
-
-
-def _leaves(e: BaseException) -> list[BaseException]:
-  """The innermost exceptions of a (possibly nested) exception group."""
-  if isinstance(e, BaseExceptionGroup):
-    return [x for sub in e.exceptions for x in _leaves(sub)]
-  return [e]
-
-
-def _tail(path: str | None, n: int = 2000) -> str:
-  if not path or not os.path.exists(path):
-    return ""
-  with open(path, "rb") as f:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - n))
-    return f.read().decode("utf-8", "replace").strip()
-
-
-class McpProcess:
-  """An MCP server process over stdio, driven from a LoopThread.
-
-  Args:
-    argv: full command line (already wrapped in the sandbox if one is wanted).
-    loop: the LoopThread to live on.
-    env: environment variables of the process (None: inherit).
-    cwd: working directory.
-    stderr_path: file receiving the process's stderr (None: discarded).
-  """
-
-  def __init__(self, argv: list[str], *, loop: LoopThread, env: dict | None = None,
-               cwd: str | None = None, stderr_path: str | None = None):
-    self.argv = list(argv)
-    self._lt = loop
-    self._env = env
-    self._cwd = cwd
-    self.stderr_path = stderr_path
-    self._proc = None
-    self._session = None
-    self._stop: asyncio.Event | None = None
-    self._task: asyncio.Task | None = None
-    self.tools: list[dict] = []
-    self.server_info: dict = {}
-
-  # --- lifecycle -------------------------------------------------------------------------
-
-  def start(self, timeout_s: float) -> None:
-    """Spawns the process, runs the MCP handshake and lists the tools.
-
-    Raises:
-      EnvError('start'): it failed or took longer than timeout_s; the process is killed.
-    """
-    fut = self._lt.submit(self._start())
-    try:
-      fut.result(timeout_s)
-    except BaseException as e:
-      fut.cancel()
-      code = self.kill()
-      if isinstance(e, concurrent.futures.TimeoutError):
-        detail = f"no MCP handshake within {timeout_s:.0f} s"
-      else:
-        detail = "; ".join(f"{type(x).__name__}: {x}" for x in _leaves(e))
-      tail = _tail(self.stderr_path)
-      raise EnvError("start", f"{detail}; exit code {code}; stderr tail:\n{tail}", exit_code=code) from None
-
-  async def _start(self) -> None:
-    import anyio
-    errf = open(self.stderr_path, "ab") if self.stderr_path else subprocess.DEVNULL
-    try:
-      self._proc = await anyio.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=errf, start_new_session=True, env=self._env,
-                                            cwd=self._cwd)
-    finally:
-      if errf is not subprocess.DEVNULL:
-        errf.close()
-    self._stop = asyncio.Event()
-    ready = asyncio.get_running_loop().create_future()
-    self._task = asyncio.create_task(self._lifetime(ready))
-    await ready
-
-  async def _lifetime(self, ready: asyncio.Future) -> None:
-    import anyio
-    import mcp_types as types
-    from mcp.client.session import ClientSession
-    from mcp.shared.message import SessionMessage
-
-    proc = self._proc
-    to_session, session_in = anyio.create_memory_object_stream(0)
-    session_out, to_proc = anyio.create_memory_object_stream(0)
-
-    async def reader():
-      buf = b""
-      async with to_session:
-        try:
-          async for chunk in proc.stdout:
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-              if not line.strip():
-                continue
-              try:
-                msg = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-              except Exception as e:  # not JSON-RPC: hand it to the session, which logs it
-                msg = e
-              await to_session.send(msg)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-          pass
-
-    async def writer():
-      async with to_proc:
-        try:
-          async for m in to_proc:
-            data = m.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-            await proc.stdin.send(data.encode())
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-          pass
-      try:
-        await proc.stdin.aclose()
-      except Exception:
-        pass
-
-    try:
-      async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)
-        tg.start_soon(writer)
-        async with ClientSession(session_in, session_out) as session:
-          init = await session.initialize()
-          listed = await session.list_tools()
-          self.server_info = {"name": init.server_info.name, "version": init.server_info.version,
-                              "protocol": init.protocol_version}
-          self.tools = [t.model_dump(by_alias=True, exclude_none=True, mode="json")
-                        for t in listed.tools]
-          self._session = session
-          ready.set_result(None)
-          await self._stop.wait()
-          self._session = None
-        await session_out.aclose()
-        tg.cancel_scope.cancel()
-    except BaseException as e:
-      self._session = None
-      if not ready.done():
-        ready.set_exception(e if isinstance(e, Exception) else RuntimeError(repr(e)))
-      if not isinstance(e, Exception):
-        raise
-
-  # --- calls -------------------------------------------------------------------------------
-
-  async def call_async(self, name: str, arguments: dict, timeout_s: float | None):
-    """Awaits one tools/call; raises EnvError('timeout'|'crash')."""
-    import anyio
-    from mcp.shared.exceptions import MCPError
-    session = self._session
-    if session is None:
-      raise EnvError("crash", f"not connected; {await self._exit_detail()}", exit_code=self.returncode)
-    try:
-      with anyio.fail_after(timeout_s):
-        return await session.call_tool(name, arguments)
-    except TimeoutError:
-      raise EnvError("timeout", f"no answer to {name} within {timeout_s} s") from None
-    except (MCPError, anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream,
-            ConnectionError) as e:
-      if self.alive and "closed" not in str(e).lower():
-        raise EnvError("protocol", f"{type(e).__name__}: {e}") from None
-      raise EnvError("crash", await self._exit_detail(), exit_code=self.returncode) from None
-
-  async def _exit_detail(self) -> str:
-    proc = self._proc
-    if proc is not None and proc.returncode is None:
-      deadline = time.monotonic() + 1.0
-      while proc.returncode is None and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    code = None if proc is None else proc.returncode
-    return f"environment process exited (exit code {code})"
-
-  def call(self, name: str, arguments: dict, timeout_s: float | None = None):
-    """Synchronous tools/call; see call_async."""
-    slack = None if timeout_s is None else timeout_s + 5.0
-    return self._lt.run(self.call_async(name, arguments, timeout_s), slack)
-
-  # --- status and shutdown -----------------------------------------------------------------
-
-  @property
-  def pid(self) -> int | None:
-    return None if self._proc is None else self._proc.pid
-
-  @property
-  def returncode(self) -> int | None:
-    return None if self._proc is None else self._proc.returncode
-
-  @property
-  def alive(self) -> bool:
-    return self._proc is not None and self._proc.returncode is None
-
-  def kill(self) -> int | None:
-    """SIGKILLs the process group and waits for the process; returns its exit code."""
-    if self._proc is None:
-      return None
-    if self._proc.returncode is None:
-      try:
-        os.killpg(self._proc.pid, signal.SIGKILL)
-      except (ProcessLookupError, PermissionError):
-        pass
-    try:
-      self._lt.run(self._finish(grace_s=0.0), 15)
-    except Exception:  # loop gone or wedged: the kill above already happened
-      pass
-    return self.returncode
-
-  def close(self, grace_s: float = 5.0) -> int | None:
-    """Ends the session, closes stdin, waits up to grace_s for exit, then kills."""
-    if self._proc is None:
-      return None
-    try:
-      self._lt.run(self._finish(grace_s=grace_s), grace_s + 15)
-    except Exception:
-      pass
-    if self._proc.returncode is None:
-      return self.kill()
-    return self.returncode
-
-  async def _finish(self, grace_s: float) -> None:
-    if self._stop is not None:
-      self._stop.set()
-    if self._task is not None:
-      try:
-        await asyncio.wait_for(asyncio.shield(self._task), timeout=max(grace_s, 1.0))
-      except BaseException:
-        pass
-    proc = self._proc
-    deadline = time.monotonic() + grace_s
-    while proc.returncode is None and time.monotonic() < deadline:
-      await asyncio.sleep(0.01)
-    if proc.returncode is None:
-      try:
-        os.killpg(proc.pid, signal.SIGKILL)
-      except (ProcessLookupError, PermissionError):
-        pass
-    try:
-      await asyncio.wait_for(proc.wait(), timeout=10)
-    except BaseException:
-      pass
-    if self._task is not None and not self._task.done():
-      self._task.cancel()
-      try:
-        await self._task
-      except BaseException:
-        pass
-
-
-def _result_payload(res) -> tuple[str, dict, bool]:
-  text = "".join(getattr(c, "text", "") for c in (res.content or []))
-  return text, dict(res.structured_content or {}), bool(res.is_error)
+from common.mcp_process import EnvError, LoopThread, McpProcess, _result_payload  # noqa: F401,E402  (re-exported)
 
 
 class EnvClient:
@@ -392,7 +101,7 @@ class EnvClient:
     self._mcp = McpProcess(self.sandbox.command(argv), loop=self._lt, env=child_env,
                            stderr_path=self.stderr_path)
     try:
-      self._mcp.start(spec.start_timeout_s)
+      self._mcp.start(timeouts.scaled(spec.start_timeout_s))
     except EnvError as e:
       self._cleanup()
       raise EnvError("start", e.detail + self._limit_note(), exit_code=e.exit_code) from None
@@ -598,7 +307,7 @@ class EnvClient:
 class EnvSlot:
   """Episode slot k of an EnvClient, with the ToolEnv surface (tools, reset, step, close).
 
-  Lets code written against phgpo.env.ToolEnv (one object per concurrent trajectory) run all its
+  Lets code written against common.envs.base.ToolEnv (one object per concurrent trajectory) run all its
   trajectories in one sandboxed process: `envs = [client.slot(i) for i in range(batch)]`.
   close() is a no-op; close the client.
   """
@@ -650,12 +359,26 @@ class InProcessEnv:
     self.pid = os.getpid()
     self.limits = "in-process (no sandbox)"
 
+  @classmethod
+  def from_env(cls, env: Any) -> "InProcessEnv":
+    """The same API over an environment object already built here (a ToolEnv; WorkerPool.local)."""
+    from common.env_server import EnvHost
+    self = cls.__new__(cls)
+    self._host = EnvHost(env)
+    self._pool = concurrent.futures.ThreadPoolExecutor(1)
+    self.closed = False
+    self.pid = os.getpid()
+    self.limits = "in-process (no sandbox)"
+    return self
+
   @property
   def alive(self) -> bool:
     return not self.closed
 
   def tools(self):
-    return [dict(t) for t in self._host.env_tools]
+    """The environment's current tool list (read live: a ToolEnv's tools may depend on its task)."""
+    from common.env_server import _tool_entry
+    return [dict(_tool_entry(t)) for t in self._host.env.tools()]
 
   def _run(self, name, args, post: Callable):
     def f():

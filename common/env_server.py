@@ -3,7 +3,7 @@
   python -m common.env_server --factory MODULE:CALLABLE [--kwargs JSON]
 
 `MODULE:CALLABLE` is any class or function returning a tool environment with the `ToolEnv` surface
-(phgpo/env.py):
+(common/envs/base.py):
 
   tools() -> list[dict]                      MCP tool entries {name, description, inputSchema}
   reset(task_id: str, seed: int) -> str      first observation

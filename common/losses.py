@@ -73,13 +73,13 @@ def _masked_max(x, valid):
 def _check_mode(mode):
   if mode not in AGG_MODES:
     raise ValueError(f"Unknown loss aggregation mode {mode!r}; valid modes are "
-                     f"{', '.join(repr(m) for m in AGG_MODES)} (config key `loss.agg_mode`).")
+                     f"{', '.join(repr(m) for m in AGG_MODES)} (PhGPO config key `rl.agg_mode`).")
 
 
 def aggregate_loss(per_token, mask, *, mode, norm_constant=None):
   """Reduces a per-token loss f32[B, T] to a scalar; padding never counts.
 
-  Modes (config key `loss.agg_mode`), with n_i = number of valid tokens of sequence i and
+  Modes (PhGPO config key `rl.agg_mode`), with n_i = number of valid tokens of sequence i and
   S = {i : n_i > 0} (all-masked rows are not sequences):
     'token_mean':          sum_{i,t} m_it l_it / sum_{i,t} m_it   (every valid token weighs the
                            same; DAPO's token-level loss, Yu et al. 2025, arXiv:2503.14476,
@@ -88,7 +88,7 @@ def aggregate_loss(per_token, mask, *, mode, norm_constant=None):
                            DeepSeekMath, Shao et al. 2024, arXiv:2402.03300, eq. 3);
     'seq_mean_token_sum':  (1/|S|) sum_{i in S} (1/C) sum_t m_it l_it, C = norm_constant, default T
                            (the padded maximum length; Dr.GRPO's constant normaliser,
-                           Liu et al. 2025, arXiv:2503.20783). Config key `loss.norm_constant`.
+                           Liu et al. 2025, arXiv:2503.20783). No experiment config sets it.
   Example (the issue's case): sequences A = [2, 2, 2, 2] and B = [1]: token_mean 9/5 = 1.8,
   seq_mean_token_mean (2 + 1)/2 = 1.5, seq_mean_token_sum with C = 1: (8 + 1)/2 = 4.5.
 
@@ -154,8 +154,8 @@ def clipped_surrogate_loss(logp_new, logp_old, advantages, mask, *, clip_low=0.2
 
   Source: Schulman et al. 2017, "Proximal Policy Optimization Algorithms", arXiv:1707.06347, eq. 7;
   GRPO (Shao et al. 2024, arXiv:2402.03300, eq. 3); decoupled clip_low/clip_high ("clip-higher"):
-  Yu et al. 2025, "DAPO", arXiv:2503.14476, sec. 3.1. Config keys `loss.clip_low`, `loss.clip_high`,
-  `loss.agg_mode`, `loss.norm_constant`.
+  Yu et al. 2025, "DAPO", arXiv:2503.14476, sec. 3.1. PhGPO config keys `rl.clip_low`, `rl.clip_high`,
+  `rl.agg_mode`.
 
   Args:
     logp_new: f32[B, T] log pi_theta(token) under the current parameters (carries the gradient).
@@ -217,7 +217,7 @@ def gspo_loss(logp_new, logp_old, advantages, mask, *, clip_low=3e-4, clip_high=
 
   Source: Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv:2507.18071, sec. 4.1.
   Defaults clip_low = 3e-4, clip_high = 4e-4 and no KL term are ProgAgent's setting (SPEC.md).
-  Config keys `loss.clip_low`, `loss.clip_high`.
+  Config keys `gspo.clip_low`, `gspo.clip_high` (ProgAgent).
 
   Args:
     logp_new: f32[B, T] log pi_theta(token), current parameters (carries the gradient).
@@ -316,7 +316,8 @@ def kl_penalty(logp, logp_ref, mask, *, estimator="k3", agg_mode="token_mean", n
 
   kl = aggregate_loss(k(logp, logp_ref), mask, mode=agg_mode), k = kl_k1 or kl_k3; masked positions
   are replaced by 0 before the estimator, so NaN/inf there affect neither value nor gradient.
-  Config keys `kl.estimator`, `loss.agg_mode`; the coefficient is applied by the caller.
+  The estimator is an argument (no experiment config sets it); PhGPO config keys `rl.agg_mode` and `rl.kl_coef`
+  (the coefficient, applied by the caller).
 
   Args:
     logp: f32[B, T] log pi(token) of the policy being trained.
@@ -334,7 +335,7 @@ def kl_penalty(logp, logp_ref, mask, *, estimator="k3", agg_mode="token_mean", n
   """
   if estimator not in KL_ESTIMATORS:
     raise ValueError(f"Unknown KL estimator {estimator!r}; valid names are "
-                     f"{', '.join(repr(e) for e in KL_ESTIMATORS)} (config key `kl.estimator`).")
+                     f"{', '.join(repr(e) for e in KL_ESTIMATORS)} (argument `estimator`).")
   _check_mode(agg_mode)
   _check_pair(logp, logp_ref, mask)
   valid = _as_valid(mask, logp)

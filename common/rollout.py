@@ -1,23 +1,46 @@
-"""The multi-turn rollout driver: a pool of W sandboxed environment workers, G rollouts per task.
+"""THE multi-turn rollout driver for text policies: a WorkerPool of W environments, G rollouts per task.
 
   pool = WorkerPool(EnvSpec('common.envs.scienceworld_env:ScienceWorldToolEnv'), num_workers=4)
-  driver = RolloutDriver(pool, policy, tokenizer, config=RolloutConfig(group_size=5, max_turns=30))
+  # or WorkerPool.local(lambda: ProgEnv(mode='ptc', ...), num_workers=4)   (ToolEnv objects in-process)
+  chat = ChatTemplate(hf_tokenizer, enable_thinking=False)   # common.chat: the model's own chat format
+  driver = RolloutDriver(pool, policy, chat, config=RolloutConfig(group_size=5, max_turns=30))
   trajectories = driver.run(['boil/0', 'melt/3'])      # 2 tasks x G=5 rollouts, in task order
   pool.close()                                          # no process left behind
 
 Loop (lock-step, so that the policy sees one batch per tick):
   1. queued episodes go to idle workers, which reset to the episode's task (env.reset(task, seed));
+     the first prompt is the chat template's render of [system, user: first observation] with the
+     environment's tools (ChatTemplate.prompt_ids);
   2. every episode waiting for an action contributes one PolicyRequest (its whole token context);
      the policy answers the batch at once;
-  3. each response is decoded and parsed (common.tool_calls): a call goes to that episode's worker
-     as env.step; an unreadable call becomes an error observation (no env step); a reply with no
-     call at all ends the episode (RolloutConfig.stop_on_no_call);
-  4. the driver waits for all steps and resets issued in this tick, each bounded by the per-step
-     timeout, and appends the observation to the episode's context (as tokens).
-An environment process that crashes, hangs (no answer within `step_timeout_s`) or raises ends that
-episode with termination 'env_error' and the reason in `Trajectory.error`; a dead or hung worker is
-killed and replaced (in the background) and the run carries on. `WorkerPool.close` kills every
-worker's process tree and removes its cgroup and workspace.
+  3. each response is decoded and read in the template's format (ChatTemplate.parse: the <think>
+     block is removed and never read for calls). Its calls go to that episode's worker as env.step,
+     one after another (several for Qwen parallel calls, at most RolloutConfig.max_calls_per_turn;
+     the rest are answered with an error; a step that ends the episode stops the rest). An
+     unreadable reply gets its named error as a user-role note (no env step, no call run); a reply
+     with no call at all ends the episode (RolloutConfig.stop_on_no_call);
+  4. the driver waits for this tick's steps and resets, each bounded by the per-step timeout; when a
+     turn's calls are all answered their results are appended as tool-role messages
+     (ChatTemplate.observation_ids: tokens computed once, never re-tokenising earlier turns).
+Every way an episode ends is recorded in Trajectory.termination (common.trajectory.TERMINATIONS):
+'done', 'turn_limit', 'length_limit' (context full, or a cut response with on_truncated_response
+'end'), 'env_error'. A response cut by its token budget (PolicyOutput.truncated, else: its last token
+is not a stop token) is marked Turn.truncated; by default the episode continues, the end-of-turn token
+being added as a prompt token. An environment process that crashes, hangs (no answer within
+`step_timeout_s`) or raises ends that episode with 'env_error' and the reason in `Trajectory.error`; a
+dead or hung worker is killed and replaced (in the background) and the run carries on.
+
+Modes (RolloutConfig.mode, config key rollout.mode):
+  'chat'    (default) token-in/token-out, as above: one growing context per episode, tool calls in the
+            model's native format; a trajectory is one training row (common.trajectory.collate).
+  'window'  the PlanPO / GiGPO text-game format (common.windowed): every turn's prompt is re-rendered
+            from the chat template as instruction + the last k (observation, action) pairs + the
+            current observation + the admissible actions (one user message); the reply is
+            '<think>...</think><action>...</action>' (common.tool_calls.parse_action); an unreadable
+            reply is an invalid action (no env step, named error shown next turn) and invalid actions
+            carry RolloutConfig.window.invalid_action_penalty. Each turn is its own training row:
+            trajectories are common.windowed.WindowTrajectory of WindowTurns (turn index, policy-token
+            length, anchor observation id, step reward, success); `common.windowed.collate_rows`.
 
 Policy interface: `policy(requests: list[PolicyRequest]) -> list[PolicyOutput]`. A language-model
 sampler implements it by generating up to `max_new_tokens` after `token_ids`; `ScriptedPolicy`
@@ -29,15 +52,17 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
-import json
 import logging
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
+from common import tool_calls as tc
+from common import tool_wire
 from common import trajectory as traj_lib
-from common.env_client import EnvClient, EnvError, EnvSpec, InProcessEnv, LoopThread
-from common.sandbox import SandboxConfig
-from common.tool_calls import parse_tool_call
+from common import windowed as win_lib
+from common.chat import ChatTemplate, tool_schemas
+from common.env_client import EnvError, EnvSpec  # noqa: F401  (EnvSpec re-exported)
+from common.env_pool import WorkerPool  # noqa: F401  (re-exported)
 
 _log = logging.getLogger(__name__)
 
@@ -50,7 +75,8 @@ class PolicyRequest(NamedTuple):
 
   Attributes:
     episode: rollout index in this run; task_id, sample (g in [0, G)), turn: where it is.
-    token_ids: the whole context so far (list[int]); the policy generates a continuation.
+    token_ids: the whole context so far (list[int]; mode 'window': this turn's whole prompt); the
+      policy generates a continuation.
     max_new_tokens: most tokens the response may have (turn cap and context room).
   """
   episode: int
@@ -62,39 +88,20 @@ class PolicyRequest(NamedTuple):
 
 
 class PolicyOutput(NamedTuple):
-  """The policy's response: token ids (end-of-turn token included if it made one), log-probs."""
+  """The policy's response.
+
+  Attributes:
+    token_ids: the response (the end-of-turn / stop token included if it made one).
+    logprobs: the sampler's log-probs of token_ids, or None.
+    truncated: True if generation stopped at max_new_tokens; None: inferred (the last token is not
+      one of ChatTemplate.stop_ids).
+  """
   token_ids: list[int]
   logprobs: list[float] | None = None
+  truncated: bool | None = None
 
 
 Policy = Callable[[list[PolicyRequest]], list[PolicyOutput]]
-
-
-@dataclasses.dataclass(frozen=True)
-class ChatFormat:
-  """How prompt text fragments are rendered (ChatML by default, as Qwen models use).
-
-  `initial` renders the system message with the tool list and the task's first observation and
-  opens the assistant turn; `observation` renders a tool answer and opens the next assistant turn.
-  Each fragment is encoded on its own and appended. The assistant turn is closed by the policy's
-  own end-of-turn token (the tokenizer's `eos_id`, e.g. <|im_end|> for Qwen); where a response was
-  cut before it, the driver inserts `eos_id` at the start of the next prompt fragment (a prompt
-  token, not a policy token).
-  """
-  system: str = ("You are an agent that solves the task by calling tools. Each reply contains exactly "
-                 "one tool call as a JSON object {\"name\": <tool>, \"arguments\": {...}}.")
-  initial_template: str = ("<|im_start|>system\n{system}\n\n# Tools\n{tools}<|im_end|>\n"
-                           "<|im_start|>user\n{observation}<|im_end|>\n<|im_start|>assistant\n")
-  observation_template: str = ("\n<|im_start|>user\n<tool_response>\n{observation}\n"
-                               "</tool_response><|im_end|>\n<|im_start|>assistant\n")
-
-  def initial(self, tools: Sequence[dict], observation: str) -> str:
-    lines = "\n".join(json.dumps({"name": t["name"], "description": t.get("description", ""),
-                                  "parameters": t.get("inputSchema", {})}) for t in tools)
-    return self.initial_template.format(system=self.system, tools=lines, observation=observation)
-
-  def observation(self, text: str) -> str:
-    return self.observation_template.format(observation=text)
 
 
 class RolloutConfig(NamedTuple):
@@ -107,11 +114,18 @@ class RolloutConfig(NamedTuple):
     max_response_tokens: cap on one response (PolicyRequest.max_new_tokens).
     step_timeout_s: seconds an env step may take before the worker counts as hung.
     reset_timeout_s: seconds for env.reset (None: step_timeout_s).
-    stop_on_no_call: a reply with no JSON object ends the episode ('done'); else it gets an error
-      observation and the episode goes on.
-    max_observation_chars: observations are cut to this many characters before rendering.
-    seed: base seed; episode e resets with seed + e.
+    stop_on_no_call: a reply with no tool call ends the episode ('done'); else it gets an error
+      note and the episode goes on.
+    max_observation_chars: observations are cut to this many characters before rendering (common.tool_wire.truncate_output: head and tail kept, a marker names the cut).
+    seed: base seed of env.reset.
+    seed_mode: 'episode' (episode e resets with seed + e), 'task' (seed + the task's index: the G
+      rollouts of a task share the instance) or 'fixed' (every episode resets with seed).
     max_consecutive_start_failures: worker starts that may fail in a row before run() gives up.
+    max_calls_per_turn: calls of one reply that are run; later ones are answered with an error.
+    on_truncated_response: 'continue' (a response cut by its budget is read like any other, the
+      end-of-turn token added as a prompt token) or 'end' (the episode ends: 'length_limit').
+    mode: 'chat' (token-in/token-out) or 'window' (per-turn re-rendered prompts; see the module doc).
+    window: common.windowed.WindowConfig (history length k, invalid-action penalty, ...): 'window' only.
   """
   group_size: int = 5
   max_turns: int = 10
@@ -122,159 +136,35 @@ class RolloutConfig(NamedTuple):
   stop_on_no_call: bool = True
   max_observation_chars: int = 8000
   seed: int = 0
+  seed_mode: str = "episode"
   max_consecutive_start_failures: int = 3
+  max_calls_per_turn: int = 8
+  on_truncated_response: str = "continue"
+  mode: str = "chat"
+  window: win_lib.WindowConfig = win_lib.WindowConfig()
+
+
+def _as_chat(chat: ChatTemplate | traj_lib.Tokenizer) -> ChatTemplate:
+  return chat if isinstance(chat, ChatTemplate) else ChatTemplate(chat)
 
 
 class ScriptedPolicy:
   """A policy from a function of the request: script(request) -> response text.
 
-  The text is encoded with `tokenizer` and, if the tokenizer has an `eos_id`, the end-of-turn id is
-  appended. Log-probs are None.
+  The text is encoded with `chat` (a ChatTemplate, or a tokenizer with `eos_id`) and the end-of-turn
+  id is appended. Log-probs are None.
   """
 
-  def __init__(self, script: Callable[[PolicyRequest], str], tokenizer: traj_lib.Tokenizer):
+  def __init__(self, script: Callable[[PolicyRequest], str], chat: ChatTemplate | traj_lib.Tokenizer):
     self.script = script
-    self.tokenizer = tokenizer
+    self.chat = _as_chat(chat)
 
   def __call__(self, requests: list[PolicyRequest]) -> list[PolicyOutput]:
     out = []
     for r in requests:
-      ids = self.tokenizer.encode(self.script(r))
-      eos = getattr(self.tokenizer, "eos_id", None)
-      if eos is not None:
-        ids = ids + [eos]
+      ids = self.chat.encode(self.script(r)) + [self.chat.end_id]
       out.append(PolicyOutput(ids[: r.max_new_tokens]))
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# worker pool
-
-
-class WorkerPool:
-  """W environment workers, each a sandboxed process (or in-process for benchmarks).
-
-  Args:
-    spec: EnvSpec of the environment.
-    num_workers: W.
-    sandbox: SandboxConfig for every worker.
-    in_process: build the environment in this process instead (no isolation; benchmarks only).
-    step_timeout_s: default per-call timeout of each worker.
-  Workers start in parallel; the constructor waits for all of them and raises EnvError('start')
-  if any cannot start (the others are closed first).
-  """
-
-  def __init__(self, spec: EnvSpec, num_workers: int, *, sandbox: SandboxConfig = SandboxConfig(),
-               in_process: bool = False, step_timeout_s: float = 60.0):
-    if num_workers < 1:
-      raise ValueError(f"num_workers must be >= 1, got {num_workers}")
-    self.spec = spec
-    self.sandbox = sandbox
-    self.in_process = in_process
-    self.step_timeout_s = step_timeout_s
-    self.loop = None if in_process else LoopThread("env-pool-loop")
-    self._starter = concurrent.futures.ThreadPoolExecutor(max(2, num_workers), "env-start")
-    self.workers: list[Any] = [None] * num_workers
-    self._starting: dict[int, concurrent.futures.Future] = {}
-    self.restarts = 0
-    self.closed = False
-    futs = [self._starter.submit(self._make) for _ in range(num_workers)]
-    errors = []
-    for i, f in enumerate(futs):
-      try:
-        self.workers[i] = f.result()
-      except Exception as e:
-        errors.append(e)
-    if errors:
-      self.close()
-      raise errors[0]
-
-  def __len__(self) -> int:
-    return len(self.workers)
-
-  def _make(self):
-    if self.in_process:
-      return InProcessEnv(self.spec)
-    return EnvClient(self.spec, sandbox=self.sandbox, loop=self.loop,
-                     step_timeout_s=self.step_timeout_s)
-
-  def start_replacement(self, i: int) -> concurrent.futures.Future:
-    """Kills worker i (if any) and starts a new one in the background; returns its future."""
-    old = self.workers[i]
-    self.workers[i] = None
-    if old is not None:
-      try:
-        old.kill()
-      except Exception:
-        _log.exception("killing worker %d failed", i)
-    self.restarts += 1
-    fut = self._starter.submit(self._make)
-    self._starting[i] = fut
-    return fut
-
-  def poll_replacement(self, i: int) -> str:
-    """'ready' (installed), 'starting', or 'failed' (error in the future; slot stays empty)."""
-    fut = self._starting.get(i)
-    if fut is None:
-      return "ready" if self.workers[i] is not None else "failed"
-    if not fut.done():
-      return "starting"
-    del self._starting[i]
-    if fut.exception() is not None:
-      _log.warning("replacement of worker %d failed: %s", i, fut.exception())
-      return "failed"
-    self.workers[i] = fut.result()
-    return "ready"
-
-  def wait_any_replacement(self, timeout: float | None = None) -> None:
-    if self._starting:
-      concurrent.futures.wait(list(self._starting.values()), timeout=timeout,
-                              return_when=concurrent.futures.FIRST_COMPLETED)
-
-  def wait_until_whole(self, timeout_s: float = 120.0) -> bool:
-    """Waits for pending replacements; returns is_whole()."""
-    deadline = time.monotonic() + timeout_s
-    while self._starting and time.monotonic() < deadline:
-      self.wait_any_replacement(timeout=max(0.0, deadline - time.monotonic()))
-      for i in list(self._starting):
-        self.poll_replacement(i)
-    return self.is_whole()
-
-  def is_whole(self) -> bool:
-    """All W workers exist and are alive."""
-    return all(w is not None and w.alive for w in self.workers) and not self._starting
-
-  def close(self) -> None:
-    """Closes every worker (killing what does not exit) and waits for pending starts. Idempotent."""
-    if self.closed:
-      return
-    self.closed = True
-    for i, fut in list(self._starting.items()):
-      try:
-        w = fut.result(timeout=300)
-        w.kill()
-      except Exception:
-        pass
-    self._starting.clear()
-    closers = [self._starter.submit(w.close) for w in self.workers if w is not None]
-    concurrent.futures.wait(closers, timeout=60)
-    for w in self.workers:
-      if w is not None and getattr(w, "alive", False):
-        w.kill()
-    self.workers = [None] * len(self.workers)
-    self._starter.shutdown(wait=True)
-    if self.loop is not None:
-      self.loop.close()
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    self.close()
-
-
-# --------------------------------------------------------------------------------------------
-# driver
 
 
 def default_reward(t: traj_lib.Trajectory) -> float:
@@ -292,6 +182,10 @@ class _Episode:
   traj: traj_lib.Trajectory
   context: list[int] = dataclasses.field(default_factory=list)
   pending_prompt: list[int] = dataclasses.field(default_factory=list)
+  calls: collections.deque = dataclasses.field(default_factory=collections.deque)  # calls still to run
+  extra_calls: list[dict] = dataclasses.field(default_factory=list)    # beyond max_calls_per_turn
+  results: list[dict] = dataclasses.field(default_factory=list)        # this turn's tool messages
+  window: win_lib.WindowState | None = None                             # mode 'window' only
 
 
 @dataclasses.dataclass
@@ -307,23 +201,35 @@ class RolloutDriver:
   """Runs G rollouts per task through a WorkerPool with a batched policy (see the module doc).
 
   Args:
-    pool: the WorkerPool.
+    pool: the WorkerPool (environment processes or `WorkerPool.local` envs).
     policy: Policy callable.
-    tokenizer: Tokenizer (encode/decode).
+    chat: ChatTemplate of the policy's tokenizer (a bare tokenizer is wrapped: ChatTemplate(tokenizer)).
     config: RolloutConfig.
-    chat_format: ChatFormat rendering the prompt fragments.
     reward_fn: Trajectory -> float (default `default_reward`); env_error episodes get 0.0.
+    system_prompt: the system message: a str, a function of the environment's MCP tool list, or None
+      (ChatTemplate.default_system; mode 'window': common.windowed.prompt_ids says which).
+  Attributes:
+    stats: after run(): episodes, wall_s, env_steps, tool_calls, parse_errors, truncated_responses,
+      policy_calls, policy_s, restarts, terminations (count per TERMINATIONS entry), invalid_actions.
   """
 
-  def __init__(self, pool: WorkerPool, policy: Policy, tokenizer: traj_lib.Tokenizer, *,
-               config: RolloutConfig = RolloutConfig(), chat_format: ChatFormat = ChatFormat(),
-               reward_fn: Callable[[traj_lib.Trajectory], float] = default_reward):
+  def __init__(self, pool: WorkerPool, policy: Policy, chat: ChatTemplate | traj_lib.Tokenizer, *,
+               config: RolloutConfig = RolloutConfig(),
+               reward_fn: Callable[[traj_lib.Trajectory], float] = default_reward,
+               system_prompt: str | Callable[[list[dict]], str] | None = None):
+    if config.on_truncated_response not in ("continue", "end"):
+      raise ValueError(f"on_truncated_response must be 'continue' or 'end', got {config.on_truncated_response!r}")
+    if config.seed_mode not in ("episode", "task", "fixed"):
+      raise ValueError(f"seed_mode must be 'episode', 'task' or 'fixed', got {config.seed_mode!r}")
+    if config.mode not in ("chat", "window"):
+      raise ValueError(f"mode must be 'chat' or 'window', got {config.mode!r}")
+    self.windowed = config.mode == "window"
     self.pool = pool
     self.policy = policy
-    self.tok = tokenizer
+    self.chat = _as_chat(chat)
     self.config = config
-    self.fmt = chat_format
     self.reward_fn = reward_fn
+    self.system_prompt = system_prompt
     self._slots = [_Slot() for _ in range(len(pool))]
     self.stats: dict[str, Any] = {}
 
@@ -334,11 +240,16 @@ class RolloutDriver:
         return self.pool.workers[i]
     return None
 
+  def _seed(self, e: int, gi: int) -> int:
+    mode = self.config.seed_mode
+    return self.config.seed + (e if mode == "episode" else gi if mode == "task" else 0)
+
   def run(self, task_ids: Sequence[str]) -> list[traj_lib.Trajectory]:
     """G rollouts of every task; returns the trajectories ordered by (task, sample).
 
     Raises:
       RuntimeError: workers kept failing to start (RolloutConfig.max_consecutive_start_failures).
+      common.chat.ChatBoundaryError: the chat template cannot extend a conversation token-exactly.
     """
     cfg = self.config
     t_start = time.monotonic()
@@ -346,14 +257,13 @@ class RolloutDriver:
     for gi, task in enumerate(task_ids):
       for g in range(cfg.group_size):
         e = len(episodes)
-        episodes.append(_Episode(traj_lib.Trajectory(e, str(task), gi, g, cfg.seed + e)))
+        cls = win_lib.WindowTrajectory if self.windowed else traj_lib.Trajectory
+        episodes.append(_Episode(cls(e, str(task), gi, g, self._seed(e, gi))))
     queue = collections.deque(episodes)
     ready: list[tuple[int, _Episode]] = []   # (slot, episode) waiting for the policy
     self._start_failures = 0
-    n_env_steps = 0
-    env_time = 0.0
-    policy_time = 0.0
-    n_policy_calls = 0
+    self._n = collections.Counter()
+    env_time = policy_time = 0.0
     remaining = len(episodes)
 
     while remaining:
@@ -392,7 +302,7 @@ class RolloutDriver:
         t0 = time.monotonic()
         outs = self.policy(reqs)
         policy_time += time.monotonic() - t0
-        n_policy_calls += 1
+        self._n["policy_calls"] += 1
         if len(outs) != len(reqs):
           raise ValueError(f"policy returned {len(outs)} outputs for {len(reqs)} requests")
         batch, ready = ready, []
@@ -400,7 +310,7 @@ class RolloutDriver:
           what = self._after_response(i, ep, req, out)
           if what == "ended":
             remaining -= 1
-          elif what == "ready":  # unreadable call: error observation, no env step
+          elif what == "ready":  # unreadable reply: error note, no env step
             ready.append((i, ep))
       # 3. wait for this tick's resets and steps
       busy = [(i, s) for i, s in enumerate(self._slots) if s.future is not None]
@@ -428,28 +338,57 @@ class RolloutDriver:
         res = fut.result()
         if kind == "reset":
           ep.traj.initial_observation = res
-          ep.pending_prompt = self.tok.encode(self.fmt.initial(self.pool.workers[i].tools(),
-                                                               self._clip(res)))
+          if self.windowed:
+            try:
+              ep.window = win_lib.start(res, self._episode_info(i))
+            except EnvError as e:
+              remaining -= self._fail(i, ep, e, kind, dt)
+              continue
+            ep.pending_prompt = self._window_prompt(ep)
+          else:
+            ep.pending_prompt = self._first_prompt(i, res)
           ready.append((i, ep))
-        else:
-          n_env_steps += 1
-          env_time += dt
-          turn = ep.traj.turns[-1]
-          turn.observation, turn.status = res.observation, res.status
-          turn.done, turn.info, turn.env_seconds = res.done, res.info, dt
-          if self._continue_or_end(i, ep, done=res.done, obs=res.observation):
+          continue
+        env_time += dt
+        self._n["env_steps"] += 1
+        turn = ep.traj.turns[-1]
+        turn.status, turn.done, turn.info = res.status, res.done, res.info
+        turn.env_seconds += dt
+        ep.results.append({"role": "tool", "name": turn.calls[-1]["name"],
+                           "content": self._clip(res.observation), "raw": res.observation})
+        if not res.done and ep.calls:
+          self._step_next(i, ep)
+          continue
+        if self.windowed:
+          turn.observation = res.observation
+          win_lib.on_step(turn, ep.window, res.status, res.observation, res.info, cfg.window)
+          if self._continue_or_end(i, ep, done=res.done, follow=[]):
             ready.append((i, ep))
           else:
             remaining -= 1
-      # Episodes finished by a parse error/no-call this tick were handled in _after_response.
+          continue
+        turn.observation = "\n\n".join(r["raw"] for r in ep.results)
+        msgs = [{k: r[k] for k in ("role", "name", "content")} for r in ep.results]
+        msgs += [{"role": "tool", "name": c["name"], "content": tc.call_error(
+            f"only {cfg.max_calls_per_turn} calls per reply are run; this call was not run",
+            self.chat.format)} for c in ep.extra_calls]
+        if self._continue_or_end(i, ep, done=res.done, follow=msgs):
+          ready.append((i, ep))
+        else:
+          remaining -= 1
 
     wall = time.monotonic() - t_start
     trajs = [ep.traj for ep in episodes]
     counts = collections.Counter(t.termination for t in trajs)
+    n_steps = self._n["env_steps"]
     self.stats = {"episodes": len(trajs), "wall_s": wall, "episodes_per_s": len(trajs) / wall,
-                  "env_steps": n_env_steps, "mean_step_s": env_time / max(1, n_env_steps),
-                  "policy_calls": n_policy_calls, "policy_s": policy_time,
+                  "env_steps": n_steps, "mean_step_s": env_time / max(1, n_steps),
+                  "tool_calls": n_steps, "parse_errors": self._n["parse_errors"],
+                  "truncated_responses": self._n["truncated"],
+                  "policy_calls": self._n["policy_calls"], "policy_s": policy_time,
                   "restarts": self.pool.restarts,
+                  "invalid_actions": sum(t.invalid for tr in trajs for t in tr.turns
+                                         if isinstance(t, win_lib.WindowTurn)),
                   "terminations": {k: counts.get(k, 0) for k in traj_lib.TERMINATIONS}}
     return trajs
 
@@ -465,42 +404,104 @@ class RolloutDriver:
 
   def _clip(self, text: str) -> str:
     n = self.config.max_observation_chars
-    return text if len(text) <= n else text[:n] + f"\n[... cut {len(text) - n} characters]"
+    return tool_wire.truncate_output(text, n)
+
+  def _first_prompt(self, i: int, observation: str) -> list[int]:
+    tools = self.pool.workers[i].tools()
+    system = self.system_prompt
+    if callable(system):
+      system = system(tools)
+    msgs = [{"role": "system", "content": self.chat.default_system if system is None else system},
+            {"role": "user", "content": self._clip(observation)}]
+    return self.chat.prompt_ids(msgs, tool_schemas(tools))
+
+  def _episode_info(self, i: int) -> dict | None:
+    """The env's episode_info() query (mode 'window'), or None when the env does not offer it."""
+    try:
+      return self.pool.workers[i].query("episode_info", timeout_s=self.config.reset_timeout_s
+                                        or self.config.step_timeout_s)
+    except EnvError as e:
+      if e.reason == "env_exception":
+        return None
+      raise
+
+  def _window_prompt(self, ep: _Episode) -> list[int]:
+    system = self.system_prompt if isinstance(self.system_prompt, str) else None
+    return win_lib.prompt_ids(self.chat, ep.window, self.config.window, system=system, clip=self._clip)
+
+  def _step_next(self, i: int, ep: _Episode) -> None:
+    call = ep.calls.popleft()
+    turn = ep.traj.turns[-1]
+    turn.calls.append(call)
+    if turn.call is None:
+      turn.call = call
+    self._issue(i, "step", self.pool.workers[i].submit_step(call, timeout_s=self.config.step_timeout_s))
 
   def _after_response(self, i, ep, req, out) -> str:
     """Records the response; returns 'stepping' (step issued), 'ended' or 'ready' (ask again)."""
-    cfg = self.config
-    ids = [int(x) for x in out.token_ids][: max(req.max_new_tokens, 0)]
-    turn = traj_lib.Turn(prompt_ids=ep.pending_prompt, response_ids=ids,
-                         response_logprobs=None if out.logprobs is None else list(out.logprobs)[:len(ids)])
-    ep.context.extend(ep.pending_prompt)
-    ep.context.extend(ids)
+    cfg, chat = self.config, self.chat
+    raw = [int(x) for x in out.token_ids]
+    ids = raw[: max(req.max_new_tokens, 0)]
+    truncated = (len(ids) < len(raw) or (out.truncated if out.truncated is not None
+                                         else (not ids or ids[-1] not in chat.stop_ids)))
+    turn_cls = win_lib.WindowTurn if self.windowed else traj_lib.Turn
+    turn = turn_cls(prompt_ids=ep.pending_prompt, response_ids=ids, truncated=bool(truncated),
+                    response_logprobs=None if out.logprobs is None else list(out.logprobs)[:len(ids)])
+    self._n["truncated"] += int(turn.truncated)
+    if not self.windowed:   # 'window': every prompt is whole; no context is kept
+      ep.context.extend(ep.pending_prompt)
+      ep.context.extend(ids)
     ep.pending_prompt = []
     ep.traj.turns.append(turn)
-    turn.response_text = self.tok.decode(ids)
+    turn.response_text = chat.decode(ids)
     if len(ep.context) >= cfg.max_context_tokens:
       turn.status = "length_limit"
       self._end(i, ep, "length_limit")
       return "ended"
-    parsed = parse_tool_call(turn.response_text)
-    if parsed.kind == "call":
-      turn.call = parsed.call
-      self._issue(i, "step", self.pool.workers[i].submit_step(parsed.call,
-                                                              timeout_s=cfg.step_timeout_s))
-      return "stepping"
-    if parsed.kind == "none" and cfg.stop_on_no_call:
-      turn.status = "no_call"
-      self._end(i, ep, "done")
+    if turn.truncated and cfg.on_truncated_response == "end":
+      turn.status = "truncated"
+      self._end(i, ep, "length_limit")
       return "ended"
-    turn.parse_error = parsed.error or "no tool call"
+    if self.windowed:
+      return self._after_window_response(i, ep, turn)
+    parsed = chat.parse(turn.response_text)
+    turn.reasoning = parsed.reasoning
+    if parsed.kind == "call":
+      ep.calls = collections.deque(parsed.tool_calls[: cfg.max_calls_per_turn])
+      ep.extra_calls = list(parsed.tool_calls[cfg.max_calls_per_turn:])
+      ep.results = []
+      self._step_next(i, ep)
+      return "stepping"
+    if parsed.kind == "none":
+      if cfg.stop_on_no_call:
+        turn.status = "no_call"
+        self._end(i, ep, "done")
+        return "ended"
+      parsed = tc.missing_call(parsed, chat.format)
+    self._n["parse_errors"] += 1
+    turn.parse_error = turn.observation = parsed.error
     turn.status = "parse_error"
-    turn.observation = parsed.error_observation()
-    if self._continue_or_end(i, ep, done=False, obs=turn.observation):
+    if self._continue_or_end(i, ep, done=False, follow=[{"role": "user", "content": parsed.error}]):
       return "ready"
     return "ended"
 
-  def _continue_or_end(self, i, ep, *, done: bool, obs: str) -> bool:
-    """After an observation: end the episode (returns False) or queue its next prompt (True)."""
+  def _after_window_response(self, i, ep, turn) -> str:
+    """Mode 'window': a readable action is stepped; an unreadable reply is an invalid action."""
+    parsed = win_lib.parse(turn.response_text, self.config.window)
+    turn.reasoning = parsed.reasoning
+    win_lib.on_response(turn, ep.window, parsed, self.config.window)
+    if parsed.kind == "call":
+      ep.calls = collections.deque(parsed.tool_calls[:1])
+      ep.extra_calls, ep.results = [], []
+      self._step_next(i, ep)
+      return "stepping"
+    self._n["parse_errors"] += 1
+    turn.parse_error = turn.observation = parsed.error
+    turn.status, turn.info = "parse_error", dict(ep.window.last_info)   # the state did not change
+    return "ready" if self._continue_or_end(i, ep, done=False, follow=[]) else "ended"
+
+  def _continue_or_end(self, i, ep, *, done: bool, follow: list[dict]) -> bool:
+    """After a turn's answer: end the episode (returns False) or queue its next prompt (True)."""
     cfg = self.config
     if done:
       self._end(i, ep, "done")
@@ -508,21 +509,26 @@ class RolloutDriver:
     if len(ep.traj.turns) >= cfg.max_turns:
       self._end(i, ep, "turn_limit")
       return False
-    prompt = self.tok.encode(self.fmt.observation(self._clip(obs)))
-    eos = getattr(self.tok, "eos_id", None)
-    last = ep.traj.turns[-1].response_ids if ep.traj.turns else []
-    if eos is not None and (not last or last[-1] != eos):
-      prompt = [int(eos)] + prompt
+    last = ep.traj.turns[-1]
+    if self.windowed:
+      prompt = self._window_prompt(ep)
+    else:
+      prompt = self.chat.follow_up_ids(follow, after=last.response_ids)
     if len(ep.context) + len(prompt) >= cfg.max_context_tokens:
       self._end(i, ep, "length_limit")
       return False
     ep.pending_prompt = prompt
+    if not self.windowed:
+      last.observation_ids = prompt
     return True
 
   def _end(self, i, ep, termination: str, error: str | None = None) -> int:
     ep.traj.termination = termination
     ep.traj.error = error
     ep.traj.reward = 0.0 if termination == "env_error" else float(self.reward_fn(ep.traj))
+    if self.windowed:
+      win_lib.finish(ep.traj, ep.window)
+    ep.calls.clear()
     self._slots[i].episode = None
     self._slots[i].future = None
     return 1
@@ -532,7 +538,7 @@ class RolloutDriver:
                  i, err, kind)
     if kind == "step" and ep.traj.turns:
       t = ep.traj.turns[-1]
-      t.status, t.observation, t.env_seconds = "env_error", str(err), dt
+      t.status, t.observation, t.env_seconds = "env_error", str(err), t.env_seconds + dt
     self._end(i, ep, "env_error", error=f"{err.reason}: {err.detail}")
     w = self.pool.workers[i]
     if err.reason in _REPLACE_ON or w is None or not w.alive:

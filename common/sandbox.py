@@ -1,46 +1,53 @@
 """Process sandbox for environment workers: bubblewrap isolation plus cgroup resource limits.
 
-Every environment process the rollout driver starts runs through `Sandbox.command`:
+Every environment process (common/env_client.py) and every ProgAgent kernel (progagent/runtime.py)
+runs through `Sandbox.command`:
 
-  sh -c '<join cgroups>; exec "$@"' sh ... bwrap <mounts, namespaces> -- <argv>
+  sh -c '<launcher>' sh <cgroup.procs files> bwrap <mounts, namespaces> -- setpriv <drop> -- <argv>
 
+* The launcher (common/sandbox_guard.py, run on the host as root): joins the cgroups, sets
+  RLIMIT_FSIZE, chowns the writable bind sources to the sandbox user, caps stdout/stderr when they
+  are log files (`log_max_bytes`), opens the seccomp filter for bubblewrap.
 * bubblewrap (Debian package `bubblewrap`): a read-only view of the system (`/usr` and its merged-usr
   links, a short list of `/etc` entries, the Python prefixes, the project's packages and any extra
-  read-only paths the environment asks for); a private writable workspace at `/workspace` (also
-  bound at `/tmp`); every other path does not exist. New user-visible namespaces for PID, IPC, UTS,
-  cgroup and network (loopback only, unless `SandboxConfig.network`), all capabilities dropped, the
-  root remounted read-only, a new session, and `--die-with-parent` so that the sandbox dies with the
-  driver.
-* Resource limits, chosen once per machine by `detect_cgroup` (config key `SandboxConfig.cgroup`):
-  1. cgroup v2 `memory.max`, `memory.swap.max = 0` and `pids.max`, when the unified hierarchy offers
-     the `memory` and `pids` controllers and lets us enable them;
+  read-only paths the environment asks for); a private writable workspace at `/workspace` and
+  `/tmp` (size-capped tmpfs, or the caller's host folder); every other path does not exist;
+  `/proc/sys` read-only. New namespaces for PID, IPC, UTS, cgroup and network (loopback only,
+  unless `SandboxConfig.network`), the root remounted read-only, a new session, `--die-with-parent`
+  so that the sandbox dies with the driver, and the seccomp filter (`SandboxConfig.seccomp`).
+* setpriv (util-linux): the program runs as host uid/gid `SandboxConfig.uid`/`gid` (65534), with
+  no capabilities (bounding set empty), no supplementary groups and no_new_privs.
+* Resource limits, chosen once per machine by `detect_cgroup` (`SandboxConfig.cgroup`):
+  1. cgroup v2 `memory.max`, `memory.swap.max = 0`, `pids.max` and `cpu.max`, when the unified
+     hierarchy offers the `memory` and `pids` controllers (cpu where offered);
   2. else cgroup v1 `memory.limit_in_bytes` (+ `memory.memsw.limit_in_bytes` where swap accounting
-     exists) and `pids.max` in the v1 `memory` and `pids` hierarchies (this project's machines: v2
-     is mounted at /sys/fs/cgroup/unified but carries neither controller);
-  3. else `ulimit -v` (address space, a weaker stand-in for memory) and no process limit.
+     exists), `pids.max` and `cpu.cfs_quota_us` in the v1 `memory`, `pids` and `cpu` hierarchies
+     (this project's machines: v2 is mounted at /sys/fs/cgroup/unified but carries no controller);
+  3. else `ulimit -v` (address space, a weaker stand-in for memory), no process or CPU limit.
   The choice is logged once, as one line starting with "sandbox limits:".
-  Defaults follow ProgAgent's runtime (SPEC.md, ProgAgent "Runtime"): 2 GiB memory, 256 processes.
+  Defaults follow ProgAgent's runtime (SPEC.md, ProgAgent "Runtime"): 2 GiB memory, 256 processes;
+  plus 1 CPU core, 1 GiB of disk, 16 MiB of log.
+* Cleanup: `Sandbox.close`; what a SIGKILLed owner left (cgroups, `agentrl-<kind>-<pid>-*` host
+  folders) is swept by the first sandbox of the next process (`sweep_stale`).
 
-The sandbox is a test and training tool, not a security boundary against a determined attacker
-(it runs as root on the host, inside namespaces); it stops accidental and ordinary misbehaviour:
-network use, writes to the host, reading host files, fork bombs and memory blow-ups.
+README.md, "Security", lists what this isolates and what it does not defend against.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import hashlib
 import logging
 import os
 import pathlib
 import shutil
-import signal
 import sys
 import tempfile
-import threading
-import time
 from typing import NamedTuple, Sequence
+
+from common import sandbox_guard
+from common.sandbox_cgroup import (Cgroup, CgroupRoots, Detection, SandboxError, _detect_once,
+                                   _sweep_stale, detect_cgroup, sweep_stale)
 
 _log = logging.getLogger(__name__)
 
@@ -60,10 +67,6 @@ _PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
 _PROJECT_PACKAGES = ("common", "phgpo", "planpo", "progagent", "configs", "benchmarks")
 
 
-class SandboxError(RuntimeError):
-  """The sandbox cannot be set up on this machine (missing bubblewrap, unusable cgroups...)."""
-
-
 class SandboxConfig(NamedTuple):
   """How an environment process is isolated and limited.
 
@@ -80,6 +83,24 @@ class SandboxConfig(NamedTuple):
       the first usable of v2, v1, rlimit.
     bwrap: path or name of the bubblewrap binary.
     enabled: False runs the command with no sandbox at all (benchmarks' baseline only).
+    uid, gid: host user and group the sandboxed program runs as (default 65534, "nobody"): not
+      root, no capabilities, no supplementary groups. Writable bind sources (a caller's
+      workspace, a runtime's scratch) are chowned to it at each launch.
+    cpu_max_cores: float, CPU time per wall second for the whole tree (cgroup v2 cpu.max, v1
+      cpu.cfs_quota_us; period 100 ms); default 1.0; 0 or None: no CPU limit.
+    workspace_max_bytes: int, disk budget of the workspace (bytes; default 1 GiB). The sandbox's
+      own workspace is a tmpfs of this size (a write past it fails with ENOSPC, "No space left
+      on device"; tmpfs pages also count against memory_max_bytes). A workspace bound from the
+      host is watched by the host every quota_poll_s and the sandbox is killed past the budget
+      (`Sandbox.quota_exceeded()` names it). It is also the largest file any sandboxed process
+      may write (RLIMIT_FSIZE: EFBIG, "File too large").
+    tmp_max_bytes: int, size of the tmpfs at /tmp when the sandbox owns its workspace (bytes;
+      default 1 GiB).
+    log_max_bytes: int, cap on what the sandboxed tree writes to its stdout/stderr when they are
+      regular files (logs; bytes, default 16 MiB); the rest is dropped after a note. 0: no cap.
+    quota_poll_s: float, seconds between two disk-usage checks of host-bound workspaces.
+    seccomp: bool, install the seccomp filter (common/sandbox_guard.py BLOCKED_SYSCALLS) where
+      libseccomp2 is present (default True).
   """
   memory_max_bytes: int = 2 * GIB
   pids_max: int = 256
@@ -89,302 +110,14 @@ class SandboxConfig(NamedTuple):
   cgroup: str = "auto"
   bwrap: str = "bwrap"
   enabled: bool = True
-
-
-# --------------------------------------------------------------------------------------------
-# cgroups
-
-
-@dataclasses.dataclass(frozen=True)
-class CgroupRoots:
-  """Where the cgroup hierarchies are mounted, and where this process sits in them.
-
-  Injectable so that tests can point the detection at a fake tree.
-  """
-  v2_mount: str | None
-  v1_memory_mount: str | None
-  v1_pids_mount: str | None
-  self_v2_path: str = "/"
-  self_v1_memory_path: str = "/"
-  self_v1_pids_path: str = "/"
-
-  @classmethod
-  def of_this_machine(cls) -> "CgroupRoots":
-    v2 = None
-    for cand in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
-      if os.path.exists(os.path.join(cand, "cgroup.controllers")):
-        v2 = cand
-        break
-    mem = "/sys/fs/cgroup/memory" if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes") else None
-    pids = "/sys/fs/cgroup/pids" if os.path.exists("/sys/fs/cgroup/pids/cgroup.procs") else None
-    paths = {"v2": "/", "memory": "/", "pids": "/"}
-    try:
-      with open("/proc/self/cgroup") as f:
-        for line in f:
-          _, ctrls, path = line.rstrip("\n").split(":", 2)
-          if ctrls == "":
-            paths["v2"] = path
-          for c in ctrls.split(","):
-            if c in ("memory", "pids"):
-              paths[c] = path
-    except OSError:
-      pass
-    return cls(v2, mem, pids, paths["v2"], paths["memory"], paths["pids"])
-
-
-def _join(mount: str, path: str) -> str:
-  rel = path.strip("/")
-  return os.path.join(mount, rel) if rel else mount
-
-
-def _write(path: str, value: str) -> None:
-  with open(path, "w") as f:
-    f.write(value)
-
-
-def _read(path: str) -> str:
-  with open(path) as f:
-    return f.read()
-
-
-class Detection(NamedTuple):
-  """Which limit mechanism is usable, and why the better ones are not."""
-  mode: str                 # 'v2' | 'v1' | 'rlimit' | 'none'
-  parents: tuple[str, ...]  # directories under which per-sandbox cgroups are created
-  why_not: tuple[str, ...]  # one reason per mechanism that was skipped
-
-
-def _probe_v2(roots: CgroupRoots) -> tuple[str | None, str]:
-  if roots.v2_mount is None:
-    return None, "cgroup v2: no unified hierarchy mounted"
-  base = _join(roots.v2_mount, roots.self_v2_path)
-  try:
-    avail = _read(os.path.join(base, "cgroup.controllers")).split()
-  except OSError as e:
-    return None, f"cgroup v2: cannot read {base}/cgroup.controllers ({e})"
-  missing = [c for c in ("memory", "pids") if c not in avail]
-  if missing:
-    return None, f"cgroup v2: {','.join(missing)} not in {base}/cgroup.controllers"
-  try:
-    _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
-  except OSError as e:
-    return None, f"cgroup v2: cannot enable memory,pids in {base}/cgroup.subtree_control ({e})"
-  return base, ""
-
-
-def _probe_v1(roots: CgroupRoots) -> tuple[tuple[str, str] | None, str]:
-  if roots.v1_memory_mount is None or roots.v1_pids_mount is None:
-    return None, "cgroup v1: memory or pids hierarchy not mounted"
-  mem = _join(roots.v1_memory_mount, roots.self_v1_memory_path)
-  pids = _join(roots.v1_pids_mount, roots.self_v1_pids_path)
-  for d in (mem, pids):
-    if not os.access(d, os.W_OK):
-      return None, f"cgroup v1: {d} is not writable"
-  return (mem, pids), ""
-
-
-def detect_cgroup(mode: str = "auto", roots: CgroupRoots | None = None) -> Detection:
-  """Picks the resource-limit mechanism (see the module docstring for the order).
-
-  Args:
-    mode: 'auto' or one of 'v2', 'v1', 'rlimit', 'none' to force it.
-    roots: where the hierarchies are; default: this machine's.
-  Returns:
-    A `Detection`.
-  Raises:
-    SandboxError: a forced mode that is not usable here, naming why.
-  """
-  if mode not in ("auto", "v2", "v1", "rlimit", "none"):
-    raise SandboxError(f"SandboxConfig.cgroup={mode!r}; use 'auto', 'v2', 'v1', 'rlimit' or 'none'")
-  if mode in ("rlimit", "none"):
-    return Detection(mode, (), ())
-  roots = roots or CgroupRoots.of_this_machine()
-  why = []
-  if mode in ("auto", "v2"):
-    base, reason = _probe_v2(roots)
-    if base is not None:
-      return Detection("v2", (base,), ())
-    why.append(reason)
-    if mode == "v2":
-      raise SandboxError(f"{reason}; use SandboxConfig(cgroup='auto') to fall back")
-  base1, reason = _probe_v1(roots)
-  if base1 is not None:
-    return Detection("v1", base1, tuple(why))
-  why.append(reason)
-  if mode == "v1":
-    raise SandboxError(f"{reason}; use SandboxConfig(cgroup='auto') to fall back")
-  return Detection("rlimit", (), tuple(why))
-
-
-_DETECTED: dict[str, Detection] = {}
-_DETECT_LOCK = threading.Lock()
-_COUNTER = iter(range(1 << 62))
-
-
-def _detect_once(mode: str) -> Detection:
-  """Caches the machine's detection per mode and logs the "sandbox limits:" line once."""
-  with _DETECT_LOCK:
-    if mode not in _DETECTED:
-      det = detect_cgroup(mode)
-      _DETECTED[mode] = det
-      _sweep_stale(det)
-    return _DETECTED[mode]
-
-
-def _sweep_stale(det: Detection) -> None:
-  """Removes empty per-sandbox cgroups left by driver processes that died without cleaning up."""
-  for parent in det.parents:
-    for d in glob.glob(os.path.join(parent, "agentrl-*")):
-      try:
-        owner = int(os.path.basename(d).split("-")[1])
-      except (IndexError, ValueError):
-        continue
-      if owner != os.getpid() and not os.path.exists(f"/proc/{owner}"):
-        try:
-          os.rmdir(d)
-        except OSError:
-          pass
-
-
-class Cgroup:
-  """The per-sandbox cgroup(s) holding one environment process tree, with its limits.
-
-  Created by `Cgroup.create`; `procs_files` are the `cgroup.procs` files the launcher joins before
-  exec-ing bubblewrap; `kill()` SIGKILLs every member; `remove()` deletes the directories.
-  """
-
-  def __init__(self, mode: str, dirs: tuple[str, ...], description: str, memory_max: int,
-               pids_max: int):
-    self.mode = mode
-    self.dirs = dirs
-    self.description = description
-    self.memory_max = memory_max
-    self.pids_max = pids_max
-
-  @classmethod
-  def create(cls, config: SandboxConfig, *, detection: Detection | None = None) -> "Cgroup":
-    det = detection or _detect_once(config.cgroup)
-    mem, npids = int(config.memory_max_bytes), int(config.pids_max)
-    name = f"agentrl-{os.getpid()}-{next(_COUNTER)}"
-    if det.mode == "v2":
-      d = os.path.join(det.parents[0], name)
-      os.mkdir(d)
-      try:
-        _write(os.path.join(d, "memory.max"), str(mem))
-        if os.path.exists(os.path.join(d, "memory.swap.max")):
-          _write(os.path.join(d, "memory.swap.max"), "0")
-        _write(os.path.join(d, "pids.max"), str(npids))
-      except OSError:
-        os.rmdir(d)
-        raise
-      desc = f"cgroup v2 memory.max={mem} pids.max={npids}"
-      return cls("v2", (d,), desc, mem, npids)
-    if det.mode == "v1":
-      dm = os.path.join(det.parents[0], name)
-      dp = os.path.join(det.parents[1], name)
-      os.mkdir(dm)
-      try:
-        os.mkdir(dp)
-      except OSError:
-        os.rmdir(dm)
-        raise
-      try:
-        _write(os.path.join(dm, "memory.limit_in_bytes"), str(mem))
-        memsw = os.path.join(dm, "memory.memsw.limit_in_bytes")
-        if os.path.exists(memsw):
-          _write(memsw, str(mem))
-        _write(os.path.join(dp, "pids.max"), str(npids))
-      except OSError:
-        os.rmdir(dm)
-        os.rmdir(dp)
-        raise
-      desc = f"cgroup v1 memory.limit_in_bytes={mem} pids.max={npids}"
-      return cls("v1", (dm, dp), desc, mem, npids)
-    if det.mode == "rlimit":
-      return cls("rlimit", (), f"ulimit -v {mem // 1024} KiB (address space), processes not limited",
-                 mem, npids)
-    return cls("none", (), "no resource limits", mem, npids)
-
-  @property
-  def procs_files(self) -> tuple[str, ...]:
-    return tuple(os.path.join(d, "cgroup.procs") for d in self.dirs)
-
-  def pids(self) -> list[int]:
-    """Members of the cgroup (empty for 'rlimit'/'none')."""
-    out: set[int] = set()
-    for f in self.procs_files:
-      try:
-        out.update(int(x) for x in _read(f).split())
-      except OSError:
-        pass
-    return sorted(out)
-
-  def oom_killed(self) -> bool:
-    """True when the kernel killed a member for exceeding the memory limit."""
-    try:
-      if self.mode == "v2":
-        ev = dict(l.split() for l in _read(os.path.join(self.dirs[0], "memory.events")).splitlines())
-        return int(ev.get("oom_kill", 0)) > 0 or int(ev.get("max", 0)) > 0 and int(ev.get("oom", 0)) > 0
-      if self.mode == "v1":
-        ctl = dict(l.split() for l in _read(os.path.join(self.dirs[0], "memory.oom_control")).splitlines())
-        if "oom_kill" in ctl:
-          return int(ctl["oom_kill"]) > 0
-        return int(_read(os.path.join(self.dirs[0], "memory.failcnt"))) > 0
-    except (OSError, ValueError):
-      pass
-    return False
-
-  def pids_limit_hit(self) -> bool:
-    """True when a fork was refused because of `pids.max`."""
-    try:
-      if self.mode == "v2":
-        ev = dict(l.split() for l in _read(os.path.join(self.dirs[0], "pids.events")).splitlines())
-        return int(ev.get("max", 0)) > 0
-      if self.mode == "v1":
-        ev = dict(l.split() for l in _read(os.path.join(self.dirs[1], "pids.events")).splitlines())
-        return int(ev.get("max", 0)) > 0
-    except (OSError, ValueError):
-      pass
-    return False
-
-  def kill(self) -> None:
-    """SIGKILLs every member (v2: cgroup.kill where the kernel has it)."""
-    if self.mode == "v2" and os.path.exists(os.path.join(self.dirs[0], "cgroup.kill")):
-      try:
-        _write(os.path.join(self.dirs[0], "cgroup.kill"), "1")
-        return
-      except OSError:
-        pass
-    for _ in range(5):  # members may fork while we kill; a few passes settle it
-      pids = self.pids()
-      if not pids:
-        return
-      for p in pids:
-        try:
-          os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
-      time.sleep(0.01)
-
-  def remove(self, timeout_s: float = 5.0) -> None:
-    """Kills what is left and removes the directories (retrying while the kernel reaps)."""
-    if not self.dirs:
-      return
-    self.kill()
-    deadline = time.monotonic() + timeout_s
-    for d in self.dirs:
-      while True:
-        try:
-          os.rmdir(d)
-          break
-        except FileNotFoundError:
-          break
-        except OSError:
-          if time.monotonic() > deadline:
-            _log.warning("could not remove cgroup %s (members: %s)", d, self.pids())
-            break
-          self.kill()
-          time.sleep(0.02)
+  uid: int = 65534
+  gid: int = 65534
+  cpu_max_cores: float | None = 1.0
+  workspace_max_bytes: int = GIB
+  tmp_max_bytes: int = GIB
+  log_max_bytes: int = 16 * 1024 ** 2
+  quota_poll_s: float = 0.5
+  seccomp: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,27 +147,39 @@ def default_ro_paths() -> tuple[str, ...]:
   return tuple(sorted(paths))
 
 
-def bwrap_argv(argv: Sequence[str], *, workspace: str, config: SandboxConfig,
-               bwrap: str | None = None) -> list[str]:
+def bwrap_argv(argv: Sequence[str], *, workspace: str | None, config: SandboxConfig,
+               bwrap: str | None = None, seccomp: bool = False) -> list[str]:
   """The bubblewrap command line that runs `argv` inside the sandbox.
 
   Args:
     argv: command to run inside (absolute paths, or names found on the sandbox's PATH).
-    workspace: host directory bound read-write at /workspace (and its tmp/ at /tmp).
+    workspace: host directory bound read-write at /workspace (and its tmp/ at /tmp); None: a
+      tmpfs of config.workspace_max_bytes at /workspace and one of config.tmp_max_bytes at /tmp.
     config: SandboxConfig.
     bwrap: resolved bwrap path (default: found on PATH).
+    seccomp: add `--seccomp 9` (the launcher opens the filter on fd 9).
   Returns:
     list[str], the full command (starting with the bwrap binary).
   """
   bw = bwrap or find_bwrap(config.bwrap)
+  # Capabilities: all dropped but those setpriv needs to become config.uid (see the end) and the
+  # search right bubblewrap needs to chdir into a workspace owned by config.uid.
   a = [bw, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-       "--unshare-cgroup-try", "--cap-drop", "ALL", "--hostname", "sandbox"]
+       "--unshare-cgroup-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add",
+       "CAP_SETGID", "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_DAC_READ_SEARCH", "--hostname", "sandbox"]
   if not config.network:
     a.append("--unshare-net")
+  if seccomp:
+    a += ["--seccomp", "9"]
   # The private /tmp first: read-only paths that live under the host's /tmp (a checkout or venv in
   # /tmp, as CI clones can be) are then mounted on top of it instead of being hidden by it.
-  os.makedirs(os.path.join(workspace, "tmp"), exist_ok=True)
-  a += ["--bind", workspace, "/workspace", "--bind", os.path.join(workspace, "tmp"), "/tmp"]
+  if workspace is None:
+    a += ["--perms", "01777", "--size", str(int(config.workspace_max_bytes)), "--tmpfs",
+          "/workspace", "--perms", "01777", "--size", str(int(config.tmp_max_bytes)), "--tmpfs",
+          "/tmp"]
+  else:
+    os.makedirs(os.path.join(workspace, "tmp"), exist_ok=True)
+    a += ["--bind", workspace, "/workspace", "--bind", os.path.join(workspace, "tmp"), "/tmp"]
   for d in _SYSTEM_DIRS:
     if os.path.islink(d):
       a += ["--symlink", os.readlink(d), d]
@@ -466,9 +211,25 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str, config: SandboxConfig,
       os.makedirs(os.path.join(stub, d), exist_ok=True)
     os.makedirs(stub, exist_ok=True)
     a += ["--ro-bind", stub, root]
+  # bubblewrap makes a mount point's missing parents with mode 0700, which the sandbox user could
+  # not traverse: they are made first, 0755.
+  made = {"/", "", "/tmp", "/workspace"}
+  for p in binds:
+    chain = []
+    parent = os.path.dirname(p)
+    while parent not in made:
+      made.add(parent)
+      chain.append(parent)
+      parent = os.path.dirname(parent)
+    for d in reversed(chain):
+      a += ["--perms", "0755", "--dir", d]
   for p in binds:
     a += ["--ro-bind", p, p]
-  a += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace", "--remount-ro", "/"]
+  # /proc/sys read-only (kernel.core_pattern & co. are host-wide); the uid drop forbids writes too.
+  a += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+  if os.path.exists("/proc/sysrq-trigger"):
+    a += ["--ro-bind", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+  a += ["--dev", "/dev", "--chdir", "/workspace", "--remount-ro", "/"]
   env = {
       "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
       "LANG": "C.UTF-8", "PYTHONPATH": str(_PROJECT_ROOT), "PYTHONDONTWRITEBYTECODE": "1",
@@ -479,19 +240,13 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str, config: SandboxConfig,
   for k, v in env.items():
     a += ["--setenv", k, v]
   a.append("--")
+  # The program runs as config.uid/gid: no capabilities (bounding set empty), no groups, no new
+  # privileges. bubblewrap's own --uid needs a user namespace, which maps the inside uid to host
+  # root when root starts it (sysctl writes are checked against the host uid): not used.
+  a += ["/usr/bin/setpriv", f"--reuid={int(config.uid)}", f"--regid={int(config.gid)}",
+        "--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
   a += list(argv)
   return a
-
-
-def _launcher(cgroup: Cgroup) -> list[str]:
-  """`sh -c` prefix that joins the cgroups (or sets ulimit) and then execs the rest of argv."""
-  if cgroup.mode in ("v1", "v2"):
-    script = "; ".join(f'echo $$ > "${i + 1}"' for i in range(len(cgroup.procs_files)))
-    script += f'; shift {len(cgroup.procs_files)}; exec "$@"'
-    return ["/bin/sh", "-c", script, "sh", *cgroup.procs_files]
-  if cgroup.mode == "rlimit":
-    return ["/bin/sh", "-c", f'ulimit -v {cgroup.memory_max // 1024} && exec "$@"', "sh"]
-  return []
 
 
 _LOGGED = set()
@@ -504,23 +259,38 @@ class Sandbox:
     sb = Sandbox(SandboxConfig())
     argv = sb.command([sys.executable, '-m', 'common.env_server', ...])
     ... start argv as a process (start_new_session=True) ...
-    sb.close()   # kills whatever is left in the cgroup, removes cgroup and workspace
+    sb.close()   # kills whatever is left in the cgroup, removes cgroup and host folders
+
+  Without `workspace`, /workspace and /tmp are size-capped tmpfs (nothing reaches the host disk);
+  `self.workspace` is then the sandbox's private host folder (root only: log FIFOs). With a host
+  `workspace`, it is bound read-write, chowned to config.uid at each launch, and watched against
+  config.workspace_max_bytes together with `quota_paths` (callers may add folders they bind).
   """
 
   def __init__(self, config: SandboxConfig = SandboxConfig(), *, workspace: str | None = None):
     self.config = config
     self._own_workspace = workspace is None
-    self.workspace = workspace or tempfile.mkdtemp(prefix="agentrl-ws-")
+    self._private = sandbox_guard.owned_tempdir("sb") if config.enabled else None
+    self.workspace = workspace or self._private or sandbox_guard.owned_tempdir("ws")
+    self.quota_paths: list[str] = [] if self._own_workspace else [self.workspace]
+    self._quota_hit: str | None = None
     self.cgroup: Cgroup | None = None
     self._bwrap = find_bwrap(config.bwrap) if config.enabled else None
+    self._seccomp: str | None = None
     if config.enabled:
+      if not os.path.exists("/usr/bin/setpriv"):
+        raise SandboxError("/usr/bin/setpriv (util-linux) not found: apt-get install -y util-linux")
       self.cgroup = Cgroup.create(config)
+      why = ""
+      if config.seccomp:
+        self._seccomp, why = sandbox_guard.seccomp_filter()
       if config.cgroup not in _LOGGED:
         _LOGGED.add(config.cgroup)
         det = _detect_once(config.cgroup)
-        extra = f" ({'; '.join(det.why_not)})" if det.why_not else ""
-        _log.info("sandbox limits: %s; bubblewrap %s, network %s%s", self.cgroup.description,
-                  self._bwrap, "on" if config.network else "off", extra)
+        extra = f" ({'; '.join(det.why_not + ((why,) if why else ()))})" if det.why_not or why else ""
+        _log.info("sandbox limits: %s; bubblewrap %s, uid %d, seccomp %s, network %s%s",
+                  self.cgroup.description, self._bwrap, config.uid,
+                  "on" if self._seccomp else "off", "on" if config.network else "off", extra)
 
   @property
   def limits(self) -> str:
@@ -531,8 +301,32 @@ class Sandbox:
     """Full host command that runs `argv` inside this sandbox."""
     if not self.config.enabled:
       return list(argv)
-    inner = bwrap_argv(argv, workspace=self.workspace, config=self.config, bwrap=self._bwrap)
-    return _launcher(self.cgroup) + inner
+    c = self.config
+    inner = bwrap_argv(argv, workspace=None if self._own_workspace else self.workspace, config=c,
+                       bwrap=self._bwrap, seccomp=bool(self._seccomp))
+    mem_kib = c.memory_max_bytes // 1024 if self.cgroup.mode == "rlimit" else None
+    launcher = sandbox_guard.launcher_script(
+        procs_files=self.cgroup.procs_files, memory_kib=mem_kib,
+        fsize_bytes=c.workspace_max_bytes, uid=c.uid, gid=c.gid, log_max_bytes=c.log_max_bytes,
+        private_dir=self._private, seccomp_path=self._seccomp)
+    if self.quota_paths and c.workspace_max_bytes:
+      sandbox_guard.WATCHER.add(self)
+    return launcher + inner
+
+  def _check_quota(self) -> None:
+    """Called by sandbox_guard.WATCHER: kills the tree once the host folders pass the budget."""
+    if self._quota_hit or not self.cgroup:
+      return
+    used = sum(sandbox_guard.disk_usage(p) for p in list(self.quota_paths))
+    if used > self.config.workspace_max_bytes:
+      self._quota_hit = (f"disk quota exceeded: {used} bytes in {', '.join(self.quota_paths)} > "
+                         f"SandboxConfig.workspace_max_bytes={self.config.workspace_max_bytes}")
+      _log.warning("sandbox killed: %s", self._quota_hit)
+      self.cgroup.kill()
+
+  def quota_exceeded(self) -> str | None:
+    """The reason the host killed this sandbox for its disk use, or None."""
+    return self._quota_hit
 
   def oom_killed(self) -> bool:
     return bool(self.cgroup and self.cgroup.oom_killed())
@@ -545,10 +339,13 @@ class Sandbox:
       self.cgroup.kill()
 
   def close(self) -> None:
-    """Kills every process left in the cgroup, removes it and the workspace. Idempotent."""
+    """Kills every process left in the cgroup, removes it and the host folders. Idempotent."""
+    sandbox_guard.WATCHER.remove(self)
     if self.cgroup is not None:
       self.cgroup.remove()
       self.cgroup = None
-    if self._own_workspace and self.workspace and os.path.isdir(self.workspace):
-      shutil.rmtree(self.workspace, ignore_errors=True)
+    for d in (self._private, self.workspace if self._own_workspace else None):
+      if d and os.path.isdir(d):
+        shutil.rmtree(d, ignore_errors=True)
+    self._private = None
     self.workspace = None

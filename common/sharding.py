@@ -11,8 +11,8 @@ op whose output sharding is ambiguous (e.g. a scatter or gather with sharded ind
 group statistics of `jax.ops.segment_sum`) name an `out_sharding`, and arrays on such a mesh must be
 used inside `jax.set_mesh(mesh)`. The estimators in this package support both (they name the
 sharding when the ambient mesh is Explicit), but library code elsewhere need not, so Auto is the
-safe default; pass `axis_types='explicit'` to opt in. Config key `mesh.axis_types` (with
-`mesh.shape`, `mesh.axis_names`).
+safe default; pass `axis_types='explicit'` to opt in (an argument; no experiment config sets the mesh
+yet).
 """
 import math
 from collections.abc import Sequence

@@ -13,11 +13,17 @@ Rule (the first complete JSON object wins, trailing prose is ignored):
   Outcome: kind 'call' (the call), 'error' (some '{' but no valid call: the first problem, as text an
   agent can act on) or 'none' (no '{' at all: plain prose, e.g. a final answer).
 Code fences and <tool_call> tags need no special case: the object inside them is found the same way.
+
+`parse_response(text, format=...)` reads a whole reply in a model family's native format (Qwen
+<tool_call> blocks, several per reply; Llama-3.1 JSON / <|python_tag|>; fenced JSON; a bare object),
+after removing the Qwen3 <think> reasoning block, which is never read for calls. Every malformed call
+gives a named error observation ('tool call error: <what> — write <the call syntax>').
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, NamedTuple
 
 CALL_FORMAT_HINT = ('Write one tool call as a JSON object: {"name": "<tool name>", "arguments": '
@@ -126,3 +132,256 @@ def parse_tool_call(text: str) -> ParsedCall:
     first_problem = first_problem or problem
     i = text.find("{", end)
   return ParsedCall("error", None, first_problem, None)
+
+
+# --------------------------------------------------------------------------------------------
+# Native formats: the whole reply (reasoning, content, every call) -> ParsedResponse
+
+FORMATS = ("qwen", "llama3", "fallback")
+
+# How a call is written in each format; the fix named by every error message.
+CALL_SYNTAX = {
+    "qwen": '<tool_call>\n{"name": "<tool name>", "arguments": {"<parameter>": <value>}}\n</tool_call>',
+    "llama3": '{"name": "<tool name>", "parameters": {"<parameter>": <value>}}',
+    "fallback": '{"name": "<tool name>", "arguments": {"<parameter>": <value>}}',
+}
+
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+_PYTHON_TAG = "<|python_tag|>"
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)```", re.S)
+
+
+class ParsedResponse(NamedTuple):
+  """One model reply, read in its chat format (`parse_response`).
+
+  Attributes:
+    content: the reply without its reasoning block (stripped of surrounding whitespace).
+    reasoning: the text of the <think> block (stripped), or None if there was none.
+    tool_calls: every call read, in order: [{'name': str, 'arguments': dict}].
+    error: None, or the observation to show the agent: 'tool call error: <what> — write <the fix>'.
+      When set, the driver runs none of the calls (common.rollout).
+    error_kind: None or a short name of the error: 'unclosed_think', 'unclosed_tool_call',
+      'invalid_json', 'not_a_call', 'bad_name', 'bad_arguments', 'no_tool_call' (set only by
+      `missing_call`); `parse_action` adds 'no_think', 'no_action', 'unclosed_action',
+      'empty_action', 'multiple_actions'.
+    prose: content without the call markup (the text an assistant message carries beside its
+      tool_calls); equals content when no call was read.
+  """
+  content: str
+  reasoning: str | None
+  tool_calls: list
+  error: str | None = None
+  error_kind: str | None = None
+  prose: str | None = None
+
+  @property
+  def kind(self) -> str:
+    """'error' (error set), 'call' (at least one call), or 'none' (plain text: a final answer)."""
+    if self.error is not None:
+      return "error"
+    return "call" if self.tool_calls else "none"
+
+
+def call_error(what: str, fmt: str = "qwen") -> str:
+  """The named error observation: 'tool call error: <what> — write <the call syntax of fmt>'."""
+  return f"tool call error: {what} — write each call as {CALL_SYNTAX.get(fmt, CALL_SYNTAX['qwen'])}"
+
+
+def missing_call(parsed: ParsedResponse, fmt: str = "qwen") -> ParsedResponse:
+  """`parsed` (kind 'none') turned into an error, for a reply that had to call a tool."""
+  return parsed._replace(error=call_error("your reply has no tool call", fmt), error_kind="no_tool_call")
+
+
+def split_reasoning(text: str) -> tuple[str, str | None, bool]:
+  """(content, reasoning, closed): removes a Qwen3 <think>...</think> block.
+
+  A '</think>' with no '<think>' before it (the generation prompt opened the block) makes everything
+  before it reasoning; a '<think>' never closed makes everything after it reasoning (closed False).
+  """
+  close = text.rfind(_THINK_CLOSE)
+  if close >= 0:
+    head, content = text[:close], text[close + len(_THINK_CLOSE):]
+    open_ = head.find(_THINK_OPEN)
+    before = head[:open_] if open_ >= 0 else ""
+    reasoning = head[open_ + len(_THINK_OPEN):] if open_ >= 0 else head
+    return (before + content).strip(), reasoning.strip(), True
+  open_ = text.find(_THINK_OPEN)
+  if open_ >= 0:
+    return text[:open_].strip(), text[open_ + len(_THINK_OPEN):].strip(), False
+  return text.strip(), None, True
+
+
+def _read_call(chunk: str, where: str, fmt: str) -> tuple[dict | None, str | None, str | None]:
+  """(call, error, kind) for one JSON call text (a <tool_call> body, a fence, a python_tag body)."""
+  chunk = chunk.strip()
+  try:
+    obj = json.loads(chunk)
+  except json.JSONDecodeError as e:
+    return None, call_error(f"{where} is not valid JSON ({e.msg} at char {e.pos})", fmt), "invalid_json"
+  if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+    obj = obj["function"]   # OpenAI style {"type": "function", "function": {...}}
+  call, problem = _as_call(obj)
+  if call is None:
+    kind = ("bad_arguments" if "arguments" in problem else
+            "bad_name" if "non-empty" in problem else "not_a_call")
+    return None, call_error(f"{where}: {problem}", fmt), kind
+  return call, None, None
+
+
+def _json_parts(body: str) -> list[str]:
+  """Consecutive JSON values separated by ';' or whitespace; the unreadable rest as the last part."""
+  dec, parts, i = json.JSONDecoder(), [], 0
+  while True:
+    while i < len(body) and (body[i].isspace() or body[i] == ";"):
+      i += 1
+    if i >= len(body):
+      return parts
+    try:
+      _, end = dec.raw_decode(body, i)
+    except json.JSONDecodeError:
+      return parts + [body[i:]]
+    parts.append(body[i:end])
+    i = end
+
+
+def parse_response(text: str, *, format: str = "qwen") -> ParsedResponse:  # pylint: disable=redefined-builtin
+  """Reads a model reply in its family's format, never raising on any str.
+
+  Order: the reasoning block is removed first (`split_reasoning`; its text is never read for calls),
+  then the first of these that is present in the content gives the calls:
+    1. Qwen <tool_call>{json}</tool_call> blocks: all of them, in order (an unclosed last block is
+       read to the end of the reply, which is where a stop string leaves it);
+    2. Llama-3.1 '<|python_tag|>' followed by one call object (or several joined by ';');
+    3. fenced ```json blocks holding a call object (all of them);
+    4. a bare JSON object {"name", "arguments"} or {"name", "parameters"} in the text:
+       the first complete one (`parse_tool_call`'s rule; trailing prose is ignored).
+  "arguments" may be an object or a JSON string holding one; a missing one means {}.
+  Any malformed call makes the reply an error (error set, error_kind named); plain text with no
+  '{' and no tag is kind 'none' (a final answer).
+
+  Args:
+    text: the decoded reply (end-of-turn token removed).
+    format: 'qwen' | 'llama3' | 'fallback': only chooses the call syntax the error messages ask for
+      (every format reads every shape above). Set per run by the ChatTemplate (config chat.format).
+  Raises:
+    TypeError: text is not a str.
+  """
+  if not isinstance(text, str):
+    raise TypeError(f"parse_response takes the decoded text (str), got {type(text).__name__}")
+  content, reasoning, closed = split_reasoning(text)
+  if not closed:
+    return ParsedResponse(content, reasoning, [], call_error(
+        "the reasoning block <think> is never closed, so no call was read; close it with </think> "
+        "before the call", format), "unclosed_think")
+  calls: list[dict] = []
+  if _CALL_OPEN in content:
+    pos, n = 0, 0
+    while True:
+      i = content.find(_CALL_OPEN, pos)
+      if i < 0:
+        break
+      n += 1
+      j = content.find(_CALL_CLOSE, i)
+      body = content[i + len(_CALL_OPEN): j if j >= 0 else len(content)]
+      if j < 0 and not body.strip():
+        return ParsedResponse(content, reasoning, calls, call_error(
+            f"<tool_call> number {n} is empty and never closed", format), "unclosed_tool_call")
+      call, err, kind = _read_call(body, f"the body of <tool_call> number {n}", format)
+      if err is not None:
+        return ParsedResponse(content, reasoning, calls, err, kind)
+      calls.append(call)
+      if j < 0:
+        break
+      pos = j + len(_CALL_CLOSE)
+    prose = re.sub(re.escape(_CALL_OPEN) + r".*?(?:" + re.escape(_CALL_CLOSE) + r"|$)", "", content, flags=re.S)
+    return ParsedResponse(content, reasoning, calls, prose=prose.strip())
+  if _PYTHON_TAG in content:
+    body = content.split(_PYTHON_TAG, 1)[1]
+    for k, part in enumerate(_json_parts(body)):
+      call, err, kind = _read_call(part, f"call {k + 1} after <|python_tag|>", format)
+      if err is not None:
+        return ParsedResponse(content, reasoning, calls, err, kind)
+      calls.append(call)
+    return ParsedResponse(content, reasoning, calls, prose=content.split(_PYTHON_TAG, 1)[0].strip())
+  fences = [m.group(1) for m in _FENCE.finditer(content) if m.group(1).lstrip().startswith("{")]
+  if fences:
+    for k, body in enumerate(fences):
+      call, err, kind = _read_call(body, f"the JSON in code block {k + 1}", format)
+      if err is not None:
+        return ParsedResponse(content, reasoning, calls, err, kind)
+      calls.append(call)
+    return ParsedResponse(content, reasoning, calls, prose=_FENCE.sub("", content).strip())
+  old = parse_tool_call(content)
+  if old.kind == "call":
+    a, b = old.span
+    return ParsedResponse(content, reasoning, [old.call], prose=(content[:a] + content[b:]).strip())
+  if old.kind == "error":
+    kind = "invalid_json" if ("JSON" in old.error or "never closed" in old.error) else "not_a_call"
+    return ParsedResponse(content, reasoning, [], call_error(old.error, format), kind)
+  return ParsedResponse(content, reasoning, [], prose=content)
+
+
+# --------------------------------------------------------------------------------------------
+# The text-game agent format: <think>reasoning</think><action>one action</action>
+
+ACTION_SYNTAX = "<think>your reasoning</think><action>one admissible action</action>"
+_ACTION_OPEN, _ACTION_CLOSE = "<action>", "</action>"
+
+
+def action_error(what: str) -> str:
+  """The named error observation of the <action> format: 'invalid action: <what> — reply as <syntax>'."""
+  return f"invalid action: {what} — reply as {ACTION_SYNTAX}"
+
+
+def parse_action(text: str, *, tool: str = "action", argument: str = "action",
+                 require_think: bool = True) -> ParsedResponse:
+  """Reads a reply in the PlanPO / GiGPO text-game format '<think>...</think><action>...</action>'.
+
+  Order: the reasoning block is removed first (`split_reasoning`: everything up to the last
+  '</think>'), so an <action> tag written inside the reasoning is never read as the action. The
+  content must then hold exactly one '<action>...</action>' block; its text (surrounding whitespace
+  removed, inner whitespace runs collapsed to one space) becomes the call
+  {'name': tool, 'arguments': {argument: text}}. Text outside the block is ignored (kept in prose).
+  Errors (ParsedResponse.error set, no call; the driver treats them as invalid actions), by error_kind:
+    'unclosed_think'   '<think>' never closed;
+    'no_think'         no reasoning block and require_think (verl-agent's projection marks such
+                       replies invalid; config key rollout.window.require_think);
+    'no_action'        no '<action>' tag after the reasoning;
+    'unclosed_action'  '<action>' with no '</action>' after it;
+    'empty_action'     the block holds only whitespace;
+    'multiple_actions' more than one block (which one was meant is unknown).
+  Source: Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (GiGPO),
+  arXiv:2505.10978, and its verl-agent prompts (ALFWorld/WebShop projection functions).
+
+  Args:
+    text: the decoded reply (end-of-turn token removed).
+    tool, argument: the call made from the action text.
+    require_think: a reply without a reasoning block is an error.
+  Raises:
+    TypeError: text is not a str.
+  """
+  if not isinstance(text, str):
+    raise TypeError(f"parse_action takes the decoded text (str), got {type(text).__name__}")
+  content, reasoning, closed = split_reasoning(text)
+
+  def err(what, kind):
+    return ParsedResponse(content, reasoning, [], action_error(what), kind, prose=content)
+
+  if not closed:
+    return err("the reasoning block <think> is never closed, so no action was read", "unclosed_think")
+  if reasoning is None and require_think:
+    return err("no <think>...</think> reasoning block before the action", "no_think")
+  i = content.find(_ACTION_OPEN)
+  if i < 0:
+    return err("no <action>...</action> block after the reasoning", "no_action")
+  j = content.find(_ACTION_CLOSE, i)
+  if j < 0:
+    return err("<action> is never closed with </action>", "unclosed_action")
+  if content.find(_ACTION_OPEN, j) >= 0:
+    return err("more than one <action> block; give exactly one", "multiple_actions")
+  action = " ".join(content[i + len(_ACTION_OPEN): j].split())
+  if not action:
+    return err("the <action> block is empty", "empty_action")
+  prose = (content[:i] + content[j + len(_ACTION_CLOSE):]).strip()
+  return ParsedResponse(content, reasoning, [{"name": tool, "arguments": {argument: action}}], prose=prose)

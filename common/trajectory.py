@@ -6,15 +6,21 @@ history, so that the tokens the policy was conditioned on are exactly the tokens
   context = prompt_0 + response_0 + prompt_1 + response_1 + ... + response_{T-1}
 
 prompt_0 is the rendered system/tools/task text; prompt_t (t >= 1) is the rendered observation of
-turn t-1 (tool output or an error message) followed by the opening of the next assistant turn. Only
-response tokens are the policy's own: `policy_mask` is True exactly there. The observation of the
-last turn is kept as text (`Turn.observation`) but not appended, since no response follows it.
+turn t-1 (tool results in the tool role, or an error note in the user role; common.chat.ChatTemplate
+renders both) followed by the opening of the next assistant turn. Only response tokens are the
+policy's own: `policy_mask` is True exactly there. The observation of the last turn is kept as text
+(`Turn.observation`) but not appended, since no response follows it.
+
+A response cut by its token budget (no end-of-turn token) has `Turn.truncated`; the driver then adds
+the end-of-turn token at the start of the next prompt (a prompt token, not a policy token), and
+`collate` reports it per trajectory and per token (`response_truncated`, `truncated_mask`).
 
 Termination reasons (`Trajectory.termination`):
   'done'          the environment ended the episode, or the agent answered without a tool call
                   (RolloutConfig.stop_on_no_call);
   'turn_limit'    RolloutConfig.max_turns responses were produced;
-  'length_limit'  the context reached RolloutConfig.max_context_tokens;
+  'length_limit'  the context reached RolloutConfig.max_context_tokens, or a response was cut by its
+                  budget and RolloutConfig.on_truncated_response is 'end';
   'env_error'     the environment process crashed, hung, or raised (Trajectory.error says which).
 """
 
@@ -71,14 +77,21 @@ class Turn:
     prompt_ids: tokens appended to the context just before this turn's response.
     response_ids: the policy's tokens.
     response_logprobs: the sampler's log-probabilities of response_ids (None if not given).
-    response_text: decoded response.
-    call: the parsed tool call {'name', 'arguments'}, or None.
-    parse_error: why no call could be read, or None.
-    observation: the text answering this turn (tool output or error message); '' if none.
-    status: the environment's status, or 'parse_error' / 'no_call' / 'env_error' / 'length_limit'.
+    response_text: decoded response (end-of-turn token removed; reasoning kept).
+    call: the first tool call run {'name', 'arguments'}, or None.
+    parse_error: the error observation when the reply could not be read, or None.
+    observation: the text answering this turn (tool outputs joined by a blank line, or the error
+      note); '' if none.
+    status: the environment's status of the last call, or 'parse_error' / 'no_call' / 'env_error' /
+      'length_limit' / 'truncated' (a cut response ending the episode).
     done: the environment's done flag for this step.
-    info: the environment's info dict for this step.
-    env_seconds: wall time of the environment step.
+    info: the environment's info dict for the last call.
+    env_seconds: wall time of the environment steps.
+    calls: every tool call run this turn, in order (several for Qwen parallel calls).
+    reasoning: the reply's <think> text, or None.
+    truncated: the response was cut by its token budget (no end-of-turn token).
+    observation_ids: the tokens appended after this response (the next turn's prompt_ids); [] when the
+      episode ended after this turn.
   """
   prompt_ids: list[int]
   response_ids: list[int]
@@ -91,6 +104,10 @@ class Turn:
   done: bool = False
   info: dict = dataclasses.field(default_factory=dict)
   env_seconds: float = 0.0
+  calls: list[dict] = dataclasses.field(default_factory=list)
+  reasoning: str | None = None
+  truncated: bool = False
+  observation_ids: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -164,6 +181,19 @@ class Trajectory:
       pos += len(t.response_ids)
     return spans
 
+  @property
+  def response_truncated(self) -> bool:
+    """Some response of this episode was cut by its token budget."""
+    return any(t.truncated for t in self.turns)
+
+  def truncated_mask(self) -> np.ndarray:
+    """bool[L]: True on the tokens of responses cut by their budget."""
+    parts = []
+    for t in self.turns:
+      parts.append(np.zeros(len(t.prompt_ids), bool))
+      parts.append(np.full(len(t.response_ids), bool(t.truncated)))
+    return np.concatenate(parts) if parts else np.zeros(0, bool)
+
   def logprobs(self) -> np.ndarray:
     """f32[L]: sampler log-probs on response tokens (0 where absent or not a policy token)."""
     parts = []
@@ -177,22 +207,33 @@ class Trajectory:
   def summary(self) -> dict[str, Any]:
     return {"episode": self.episode, "task_id": self.task_id, "sample": self.sample,
             "turns": self.num_turns, "termination": self.termination, "error": self.error,
+            "truncated_responses": sum(t.truncated for t in self.turns),
+            "parse_errors": sum(t.status == "parse_error" for t in self.turns),
             "reward": self.reward, "tokens": int(sum(len(t.prompt_ids) + len(t.response_ids)
                                                      for t in self.turns))}
 
 
+def termination_code(termination: str | None) -> int:
+  """Index of `termination` in TERMINATIONS; -1 for None (an episode that never ended)."""
+  return TERMINATIONS.index(termination) if termination is not None else -1
+
+
 def collate(trajectories: Sequence[Trajectory], *, max_len: int | None = None,
-            pad_id: int = 0) -> dict[str, np.ndarray]:
+            pad_id: int = 0, mask_truncated_responses: bool = False) -> dict[str, np.ndarray]:
   """Pads trajectories into batch arrays for the trainer.
 
   Args:
     trajectories: B trajectories.
     max_len: L; default the longest context. Longer contexts are cut at L (flag `truncated`).
     pad_id: token id used for padding.
+    mask_truncated_responses: leave responses cut by their token budget out of policy_mask (the
+      trainer's choice; the tokens stay in `tokens` as context).
   Returns:
     dict with tokens i32[B, L], policy_mask bool[B, L] (False on padding), turn_ids i32[B, L]
-    (-1 off-response), logprobs f32[B, L], lengths i32[B], rewards f32[B], group_ids i32[B],
-    num_turns i32[B], truncated bool[B], env_error bool[B].
+    (-1 off-response), logprobs f32[B, L], truncated_mask bool[B, L] (tokens of cut responses),
+    lengths i32[B], rewards f32[B], group_ids i32[B], num_turns i32[B], truncated bool[B] (context cut
+    at L), response_truncated bool[B] (some response cut by its budget), env_error bool[B],
+    termination i32[B] (`termination_code`: index into TERMINATIONS, -1 if none).
   """
   b = len(trajectories)
   toks = [t.token_ids() for t in trajectories]
@@ -203,11 +244,15 @@ def collate(trajectories: Sequence[Trajectory], *, max_len: int | None = None,
       "lengths": np.zeros(b, np.int32), "rewards": np.zeros(b, np.float32),
       "group_ids": np.zeros(b, np.int32), "num_turns": np.zeros(b, np.int32),
       "truncated": np.zeros(b, bool), "env_error": np.zeros(b, bool),
+      "truncated_mask": np.zeros((b, L), bool), "response_truncated": np.zeros(b, bool),
+      "termination": np.zeros(b, np.int32),
   }
   for i, (t, x) in enumerate(zip(trajectories, toks)):
     n = min(len(x), L)
     out["tokens"][i, :n] = x[:n]
-    out["policy_mask"][i, :n] = t.policy_mask()[:n]
+    cut = t.truncated_mask()[:n]
+    out["truncated_mask"][i, :n] = cut
+    out["policy_mask"][i, :n] = t.policy_mask()[:n] & ~cut if mask_truncated_responses else t.policy_mask()[:n]
     out["turn_ids"][i, :n] = t.turn_ids()[:n]
     out["logprobs"][i, :n] = t.logprobs()[:n]
     out["lengths"][i] = n
@@ -216,4 +261,6 @@ def collate(trajectories: Sequence[Trajectory], *, max_len: int | None = None,
     out["num_turns"][i] = t.num_turns
     out["truncated"][i] = len(x) > L
     out["env_error"][i] = t.termination == "env_error"
+    out["response_truncated"][i] = t.response_truncated
+    out["termination"][i] = termination_code(t.termination)
   return out

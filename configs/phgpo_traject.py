@@ -21,7 +21,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seeds = (0, 1, 2)
   c.runs = ("warmup", "grpo", "phgpo")
 
-  c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0)
+  c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
   c.graph = dict(edges="observed", max_templates=8)
   c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256, lora_rank=64,
@@ -38,9 +38,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.curriculum = dict(steps=50, lambda_start=0.5, p_tf_start=0.5, horizon_start=3)
   c.pheromone = dict(
       rho=0.05, alpha=0.02, tau_init=0.5, tau_min=0.1, tau_max=1.0, arg_rho=0.05, arg_alpha=0.02,
-      beta_max=0.7, w_max=0.5, kappa=1.0, bank_capacity=4096, top_k_similar=16)
+      beta_max=0.7, w_max=0.5, kappa=1.0, bank_capacity=4096, top_k_similar=16, max_evidence=256,
+      dep_units="tau_range", bank_min_score=0.0)
   c.sampling = dict(top_k=20, temperature=0.7)
-  c.eval = dict(temperature=0.0)
+  c.eval = dict(temperature=0.0, success_threshold=0.7)
   c.checkpoint = dict(every=25, max_to_keep=2)
   c.logging = dict(every=5, tensorboard=True)
 

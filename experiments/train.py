@@ -69,12 +69,15 @@ def main(argv):
   _check_same_config(workdir, config)
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top
-    train.run_comparison(config, workdir, progress=_PROGRESS.value)
+    train.run(config, workdir, progress=_PROGRESS.value)
   elif config.method == "progagent":
     from progagent import train  # pylint: disable=g-import-not-at-top
     train.run(config, workdir)
+  elif config.method == "planpo":
+    from planpo import train  # pylint: disable=g-import-not-at-top
+    train.run(config, workdir)
   else:
-    raise ValueError(f"unknown config.method {config.method!r}; valid: 'phgpo_compare', 'progagent'")
+    raise ValueError(f"unknown config.method {config.method!r}; valid: 'phgpo_compare', 'progagent', 'planpo'")
 
 
 if __name__ == "__main__":

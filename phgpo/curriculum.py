@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 
 class StageValues(NamedTuple):
   """Schedule values at one RL step.
@@ -64,3 +66,25 @@ def stage_values(step: int, *, curriculum_steps: int, lambda_start: float, p_tf_
   horizon = int(round(horizon_start + u * (max_steps - horizon_start)))
   return StageValues(2, lambda_start * (1 - u), p_tf_start * (1 - u), beta_max * u, w_max * u,
                      max(1, min(horizon, max_steps)))
+
+
+def tasks_within_horizon(train_idx: np.ndarray, gold_len: np.ndarray, rng: np.random.Generator, *,
+                         horizon: int, count: int) -> np.ndarray:
+  """The tasks of one RL step: `count` distinct training tasks whose gold length is <= horizon.
+
+  The growing horizon of stage 2 (short tasks first); when no task is short enough, every training task
+  is eligible. Draws with `rng.choice(..., replace=False)`.
+
+  Args:
+    train_idx: i64[T] training task rows.
+    gold_len: i32[T] gold length of each of them.
+    rng: host RNG of this step.
+    horizon: the step's horizon (`StageValues.horizon`).
+    count: tasks wanted (`rl.tasks_per_step`); fewer when fewer are eligible.
+  Returns:
+    i64[min(count, eligible)] task rows.
+  """
+  pool = train_idx[gold_len <= horizon]
+  if len(pool) == 0:
+    pool = train_idx
+  return rng.choice(pool, size=min(count, len(pool)), replace=False)

@@ -211,7 +211,7 @@ def build_tool_graph(tool_names: Sequence[str],
     TypeError when arg_keys is a bare string.
   Notes:
     Edge counts count every transition, repeats included; whether a repeated transition within
-    one trajectory deposits pheromone once or twice is decided in `pheromone.deposit` (once).
+    one trajectory deposits pheromone once or twice is decided in `phgpo.pheromone.deposit` (once).
   """
   names = list(tool_names)
   if not names:

@@ -14,11 +14,11 @@ embedding cache folder and uses it: the CPU smoke configuration, with no downloa
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import numpy as np
 
+from common.lm import checkpoints
 from common.lm import tool_policy
 
 
@@ -70,32 +70,18 @@ class PhGPOLMPolicy:
 
 
 def resolve_checkpoint(spec: str, tool_names: Sequence[str], cache_dir: str | None) -> str:
-  """A checkpoint directory for `policy.lm_checkpoint`: a path, or `tiny:<family>` (written on first use).
+  """A checkpoint directory for `policy.lm_checkpoint`: a path, or `tiny:<family>` with a tokenizer trained on
+  the tool names (written on first use; common.lm.checkpoints.resolve_checkpoint).
 
   Raises:
-    ValueError: empty value (the message says how to set it) or a missing directory.
+    ValueError: empty value (the message says how to set it) or a folder that is not a checkpoint.
   """
-  if not spec:
-    raise ValueError("policy.kind='lm' needs --config.policy.lm_checkpoint=DIR (a local Hugging Face "
-                     "checkpoint directory with config.json, *.safetensors and tokenizer files), or "
-                     "'tiny:qwen2' for a tiny random checkpoint made here")
-  if spec.startswith("tiny:"):
-    from common.lm import testing  # pylint: disable=g-import-not-at-top
-    from phgpo import features  # pylint: disable=g-import-not-at-top
-    family = spec.split(":", 1)[1] or "qwen2"
-    root = cache_dir or str(features.default_cache_dir())
-    path = os.path.join(root, f"tiny_{family}_checkpoint")
-    if not os.path.exists(os.path.join(path, "config.json")):
-      testing.make_tiny_checkpoint(path, family, extra_text=list(tool_names))
-    return path
-  if not os.path.isdir(spec):
-    raise ValueError(f"policy.lm_checkpoint {spec!r} is not a directory; give a local Hugging Face "
-                     "checkpoint folder")
-  return spec
+  return checkpoints.resolve_checkpoint(spec, corpus=list(tool_names), cache_dir=cache_dir,
+                                        config_key="policy.lm_checkpoint")
 
 
 def make_lm_policy(config, problem) -> PhGPOLMPolicy:
-  """Builds the LM policy for a `phgpo.train.Problem` from `config.policy`."""
+  """Builds the LM policy for a `phgpo.problem.Problem` from `config.policy`."""
   pc = config.policy
   names = list(problem.graph.tool_names)
   path = resolve_checkpoint(pc.lm_checkpoint, names, config.encoder.cache_dir or None)

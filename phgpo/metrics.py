@@ -36,7 +36,7 @@ def match_ratio(pred: Sequence[Hashable], gold: Sequence[Hashable], *, horizon: 
   Args:
     pred: predicted tool sequence (names or ids).
     gold: gold tool sequence.
-    horizon: maximum number of steps compared (config `phgpo.horizon`; published: 20).
+    horizon: maximum number of steps compared (config `env.max_steps`; published: 20).
   Returns:
     float in [0, 1].
   """
@@ -81,7 +81,7 @@ def lcs_score(pred: Sequence[Hashable], gold: Sequence[Hashable]) -> float:
 def success(match_ratio_value, threshold: float = SUCCESS_THRESHOLD):
   """Task success: match ratio >= threshold (published: 0.7); works on floats and arrays.
 
-  Config key `phgpo.success_threshold`. (The authors additionally require the gold episode to
+  Config key `eval.success_threshold`. (The authors additionally require the gold episode to
   be marked successful; TRAJECT-Bench gold trajectories are.)
   """
   if isinstance(match_ratio_value, (int, float)):

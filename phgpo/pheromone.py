@@ -5,7 +5,8 @@ State (`PheromoneState`, a pytree):
   tau_arg, tau_arg_step  f32/i32[N, Tm]   argument-template pheromone.
   num_updates, rho, arg_rho               update counter and the evaporation rates in use.
   bank_*                 one ring buffer of C (task embedding, edge, score) entries: the
-                         task-dependent memory bank M_ij of every edge, kept together.
+                         task-dependent memory bank M_ij of every edge, kept together
+                         (written and read by phgpo/memory_bank.py).
 
 Update after each batch of scored trajectories (ant-colony rule with MAX-MIN clipping):
   tau <- clip((1 - rho) tau + alpha sum_xi q(xi) 1[(i, j) in xi], tau_min, tau_max)
@@ -45,7 +46,7 @@ etc. only from Python ints in `init_pheromone`. Jit `update_pheromone` with the 
 
 Sharding: the tables and the bank are small and replicated; the batch axis B of the trajectory
 inputs may be sharded (Auto or Explicit mesh axes). Before a scatter into a replicated table,
-the few B*H edge ids and amounts are gathered to every device (`_replicated`), so each device
+the few B*H edge ids and amounts are gathered to every device (`phgpo.edges.replicated`), so each device
 applies the same update; `pheromone_rows` and `arg_rows` stay sharded along B.
 """
 from __future__ import annotations
@@ -57,7 +58,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DEP_UNITS = ("tau_range", "score")
+from phgpo import edges
+from phgpo import memory_bank
+from phgpo import pheromone_rule as rule
+
+DEP_UNITS = memory_bank.DEP_UNITS
+take_rows = edges.take_rows                    # re-exported: rows of a replicated table
+bank_similarity = memory_bank.bank_similarity  # re-exported: cosine similarity to the bank
+evaporate, deposit, clip_pheromone = rule.evaporate, rule.deposit, rule.clip_pheromone  # eager forms
 
 
 class PheromoneState(NamedTuple):
@@ -92,59 +100,6 @@ class PheromoneState(NamedTuple):
   num_updates: jax.Array
   rho: jax.Array
   arg_rho: jax.Array
-
-
-def _is_static(x) -> bool:
-  return isinstance(x, (int, float))
-
-
-def _check_bounds(tau_min, tau_max):
-  if _is_static(tau_min) and tau_min <= 0:
-    raise ValueError(f"pheromone.tau_min must be > 0 so that log(tau) is finite, got {tau_min}.")
-  if _is_static(tau_min) and _is_static(tau_max) and tau_max < tau_min:
-    raise ValueError(f"pheromone.tau_max ({tau_max}) must be >= pheromone.tau_min ({tau_min}).")
-
-
-def _check_rate(name, rate):
-  if _is_static(rate) and not 0.0 <= rate <= 1.0:
-    raise ValueError(f"{name} must lie in [0, 1], got {rate}.")
-
-
-def _replicated(x: jax.Array) -> jax.Array:
-  """Gathers an array that is explicitly sharded (Explicit mesh axes) onto every device.
-
-  A no-op without a mesh, under Auto axes (the compiler then inserts the gather itself), and
-  for unsharded arrays. Used on the small B*H index/amount arrays before a scatter into a
-  replicated table: under Explicit axes a scatter with sharded indices is rejected.
-  """
-  sharding = jax.typeof(x).sharding
-  spec = getattr(sharding, "spec", None)
-  if spec is None or all(a is None for a in spec):
-    return x
-  return jax.sharding.reshard(
-      x, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec()))
-
-
-def take_rows(table: jax.Array, idx: jax.Array) -> jax.Array:
-  """table[clip(idx, 0, R-1)]: rows of a replicated table for (possibly sharded) indices.
-
-  Under Explicit mesh axes a gather with sharded indices needs its output sharding spelled
-  out; the rows then follow the sharding of `idx`. Elsewhere this is `jnp.take(mode='clip')`.
-
-  Args:
-    table: [R, ...] replicated table.
-    idx: i32[B] (or any shape) row indices, clamped into [0, R-1].
-  Returns:
-    idx.shape + table.shape[1:] rows, sharded like idx.
-  """
-  idx = jnp.clip(idx.astype(jnp.int32), 0, table.shape[0] - 1)
-  sharding = jax.typeof(idx).sharding
-  spec = getattr(sharding, "spec", None)
-  if spec is None or all(a is None for a in spec):
-    return jnp.take(table, idx, axis=0)
-  out = jax.sharding.NamedSharding(
-      sharding.mesh, jax.sharding.PartitionSpec(*spec, *([None] * (table.ndim - 1))))
-  return table.at[idx].get(out_sharding=out)
 
 
 def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_min: float,
@@ -183,7 +138,7 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
     raise ValueError(
         f"pheromone.bank_capacity and embed_dim must be >= 1, got {bank_capacity}, {embed_dim}; "
         "to disable the task-dependent pheromone set its weight w to 0 instead.")
-  _check_bounds(tau_min, tau_max)
+  rule.check_bounds(tau_min, tau_max)
   if not tau_min <= tau_init <= tau_max:
     raise ValueError(
         f"pheromone.tau_init ({tau_init}) must lie in [tau_min, tau_max] = [{tau_min}, {tau_max}].")
@@ -215,108 +170,6 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
       num_updates=jnp.zeros((), jnp.int32),
       rho=jnp.zeros((), jnp.float32),
       arg_rho=jnp.zeros((), jnp.float32))
-
-
-def evaporate(tau: chex.Array, *, rho) -> jax.Array:
-  """Evaporation of every entry of a dense table: tau <- (1 - rho) tau.
-
-  The eager O(R*K) form, for dense tables held by the caller; `update_pheromone` evaporates
-  the state lazily (module docstring) and does not call it.
-  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-agnostic pheromone).
-
-  Args:
-    tau: f32[R, K], a pheromone table.
-    rho: evaporation rate in [0, 1] (config `pheromone.rho`; `pheromone.arg_rho` for tau_arg).
-  Returns:
-    f32[R, K].
-  Raises:
-    ValueError for a Python rho outside [0, 1]; not checked for a traced rho.
-  """
-  chex.assert_rank(tau, 2)
-  chex.assert_type(tau, float)
-  _check_rate("pheromone.rho", rho)
-  return (1.0 - rho) * jnp.asarray(tau)
-
-
-def _first_visits(flat: jax.Array, valid: jax.Array) -> jax.Array:
-  """bool[B, H]: valid and the first valid occurrence of flat[b, h] within row b."""
-  h = flat.shape[1]
-  same = (flat[:, :, None] == flat[:, None, :]) & valid[:, None, :]
-  earlier = jnp.tril(jnp.ones((h, h), bool), k=-1)  # [h, h'] with h' < h
-  return valid & ~jnp.any(same & earlier, axis=-1)
-
-
-def _edge_ids(table_shape, prev, nxt, mask):
-  """Flattened ids prev * K + next and their validity (in range and masked in)."""
-  rows, cols = table_shape
-  valid = mask & (prev >= 0) & (prev < rows) & (nxt >= 0) & (nxt < cols)
-  flat = jnp.where(valid, prev * cols + nxt, rows * cols)
-  return flat.astype(jnp.int32), valid
-
-
-def deposit(tau: chex.Array, prev_tools: chex.Array, next_tools: chex.Array,
-            mask: chex.Array, scores: chex.Array, *, alpha) -> jax.Array:
-  """Batched deposit into a dense table: tau(i, j) += alpha sum_b q_b 1[(i, j) traversed by b].
-
-  The eager form (see `evaporate`); `update_pheromone` uses the same amounts, written lazily.
-  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": deposit alpha sum_xi q(xi) 1[(i,j) in xi]).
-
-  Choice: an edge traversed several times by one trajectory deposits ONCE (the SPEC's
-  indicator 1[(i, j) in xi]), so a trajectory that loops on an edge does not inflate it.
-  Different trajectories of the batch each deposit their own score.
-
-  Args:
-    tau: f32[R, K], a pheromone table (tau: R = N+1, K = N; tau_arg: R = N, K = Tm).
-    prev_tools: i32[B, H], row index of each traversed edge (START = N for step 0).
-    next_tools: i32[B, H], column index of each traversed edge.
-    mask: bool[B, H], steps that count; entries with an index out of range (e.g. -1 for
-      "no candidate" or an unseen template) are skipped as if masked.
-    scores: f32[B], match score q(xi) in [0, 1] per trajectory.
-    alpha: deposit rate (config `pheromone.alpha`; `pheromone.arg_alpha` for tau_arg).
-  Returns:
-    f32[R, K], tau plus deposit (not clipped: see `clip_pheromone`).
-  Raises:
-    AssertionError at trace time on wrong ranks, shapes or dtypes.
-  Notes:
-    Sharding: B may be sharded; the B*H ids and amounts are gathered before the scatter-add.
-  """
-  chex.assert_rank([tau, prev_tools, next_tools, mask, scores], [2, 2, 2, 2, 1])
-  chex.assert_type([tau, prev_tools, next_tools, mask, scores], [float, int, int, bool, float])
-  chex.assert_equal_shape([prev_tools, next_tools, mask])
-  chex.assert_equal_shape_prefix([prev_tools, scores], 1)
-  tau, prev_tools, next_tools, mask, scores = map(
-      jnp.asarray, (tau, prev_tools, next_tools, mask, scores))
-  rows, cols = tau.shape
-  flat, valid = _edge_ids((rows, cols), prev_tools, next_tools, mask)
-  first = _first_visits(flat, valid)
-  amount = jnp.where(first, alpha * scores[:, None], 0.0).astype(tau.dtype)
-  flat = _replicated(flat.reshape(-1))
-  amount = _replicated(amount.reshape(-1))
-  out = tau.reshape(-1).at[flat].add(amount, mode="drop")
-  return out.reshape(rows, cols)
-
-
-def clip_pheromone(tau: chex.Array, *, tau_min, tau_max) -> jax.Array:
-  """MAX-MIN clipping: tau <- clip(tau, tau_min, tau_max), so that log(tau) stays finite.
-
-  Source: Stutzle & Hoos 2000, "MAX-MIN Ant System"; PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO").
-
-  Args:
-    tau: f32[...], any pheromone array.
-    tau_min, tau_max: bounds, 0 < tau_min <= tau_max (config `pheromone.tau_min`/`tau_max`).
-  Returns:
-    f32[...] with every value in [tau_min, tau_max].
-  Raises:
-    ValueError for Python bounds with tau_min <= 0 or tau_max < tau_min.
-  """
-  chex.assert_type(tau, float)
-  _check_bounds(tau_min, tau_max)
-  return jnp.clip(tau, tau_min, tau_max)
-
-
-def _unit(x: jax.Array) -> jax.Array:
-  norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
-  return x / jnp.maximum(norm, 1e-12)
 
 
 def _decay(age: jax.Array, rate: jax.Array) -> jax.Array:
@@ -364,7 +217,7 @@ def effective_tau(state: PheromoneState, *, tau_min) -> jax.Array:
     is the state's own (`state.rho`), so no rho argument.
   """
   state = _check_state(state)
-  _check_bounds(tau_min, tau_min)
+  rule.check_bounds(tau_min, tau_min)
   return _effective(state.tau, state.tau_step, state.num_updates, state.rho, tau_min)
 
 
@@ -375,12 +228,12 @@ def effective_tau_arg(state: PheromoneState, *, tau_min) -> jax.Array:
     state: `PheromoneState`.
     tau_min: as in the updates (config `pheromone.tau_min`).
   Returns:
-    f32[N, Tm], e.g. the `tau_arg` argument of `sampling.sample_templates`.
+    f32[N, Tm], e.g. the `tau_arg` argument of `phgpo.sampling.sample_templates`.
   Notes:
     O(N Tm); `arg_rows` gives only the rows of the chosen tools, O(B Tm).
   """
   state = _check_state(state)
-  _check_bounds(tau_min, tau_min)
+  rule.check_bounds(tau_min, tau_min)
   return _effective(state.tau_arg, state.tau_arg_step, state.num_updates, state.arg_rho, tau_min)
 
 
@@ -395,7 +248,7 @@ def arg_rows(state: PheromoneState, tools: chex.Array, *, tau_min) -> jax.Array:
   Returns:
     f32[B, Tm] in [tau_min, tau_max], sharded like tools.
   Notes:
-    To sample templates from these rows with `sampling.sample_templates` (which gathers row
+    To sample templates from these rows with `phgpo.sampling.sample_templates` (which gathers row
     tools[b] itself), pass the rows as the table and each rollout's own row index:
       sample_templates(key, arg_rows(state, tools, tau_min=...), take_rows(template_mask, tools),
                        jnp.where(tools >= 0, jnp.arange(B, dtype=jnp.int32), -1))
@@ -405,7 +258,7 @@ def arg_rows(state: PheromoneState, tools: chex.Array, *, tau_min) -> jax.Array:
   chex.assert_rank(tools, 1)
   chex.assert_type(tools, int)
   state = _check_state(state)
-  _check_bounds(tau_min, tau_min)
+  rule.check_bounds(tau_min, tau_min)
   tools = jnp.asarray(tools)
   return _effective(take_rows(state.tau_arg, tools), take_rows(state.tau_arg_step, tools),
                     state.num_updates, state.arg_rho, tau_min)
@@ -460,8 +313,8 @@ def set_rates(state: PheromoneState, *, rho, arg_rho, tau_min) -> PheromoneState
   Notes:
     O(N^2); never needed while the rates stay constant (the training loop).
   """
-  _check_rate("pheromone.rho", rho)
-  _check_rate("pheromone.arg_rho", arg_rho)
+  rule.check_rate("pheromone.rho", rho)
+  rule.check_rate("pheromone.arg_rho", arg_rho)
   state = _check_state(state)
   now = state.num_updates
   return state._replace(
@@ -514,11 +367,11 @@ def _lazy_write(raw, stamp, now, rate, flat, amount, *, tau_min, tau_max):
 
 def _amounts(table_shape, prev, nxt, mask, scores, alpha):
   """Flattened ids and deposit amounts alpha q_b (first visit per trajectory), replicated."""
-  flat, valid = _edge_ids(table_shape, prev, nxt, mask)
-  first = _first_visits(flat, valid)
+  flat, valid = edges.edge_ids(table_shape, prev, nxt, mask)
+  first = edges.first_visits(flat, valid)
   amount = jnp.where(first, alpha * scores[:, None], 0.0).astype(jnp.float32)
   flat = jnp.where(first, flat, table_shape[0] * table_shape[1])
-  return _replicated(flat.reshape(-1)), _replicated(amount.reshape(-1))
+  return edges.replicated(flat.reshape(-1)), edges.replicated(amount.reshape(-1))
 
 
 def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.Array,
@@ -542,7 +395,7 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
     templates: i32[B, H], template index u_t per step (-1 = unseen template: no arg deposit).
     mask: bool[B, H], valid steps (padding False). Steps after a masked step still use the
       previous tool of the row as their prev, so masks are expected to be prefixes.
-    scores: f32[B], match score q in [0, 1] per trajectory (e.g. `metrics.match_ratio_batch`).
+    scores: f32[B], match score q in [0, 1] per trajectory (e.g. `phgpo.metrics.match_ratio_batch`).
     task_emb: f32[B, D], task embedding e_x per trajectory (normalised here).
     rho, alpha: tool-pheromone evaporation and deposit rates (config `pheromone.rho`,
       `pheromone.alpha`). The first update records rho (and arg_rho) in the state; later
@@ -570,15 +423,14 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   chex.assert_equal_shape([tools, templates, mask])
   chex.assert_equal_shape_prefix([tools, scores, task_emb], 1)
   chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
-  _check_rate("pheromone.rho", rho)
-  _check_rate("pheromone.arg_rho", arg_rho)
-  _check_bounds(tau_min, tau_max)
+  rule.check_rate("pheromone.rho", rho)
+  rule.check_rate("pheromone.arg_rho", arg_rho)
+  rule.check_bounds(tau_min, tau_max)
   _check_same_rates(state, rho, arg_rho)
   state = _check_state(state)
   tools, templates, mask, scores, task_emb = map(
       jnp.asarray, (tools, templates, mask, scores, task_emb))
   n = state.tau.shape[1]
-  b, h = tools.shape
   tools = tools.astype(jnp.int32)
   prev = jnp.concatenate([jnp.full_like(tools[:, :1], n), tools[:, :-1]], axis=1)
   scores = scores.astype(jnp.float32)
@@ -598,26 +450,12 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   tau_arg, tau_arg_step = _lazy_write(state.tau_arg, state.tau_arg_step, now, new_arg_rho,
                                       flat_arg, amount_arg, tau_min=tau_min, tau_max=tau_max)
 
-  # Memory bank: one entry per (trajectory, distinct traversed edge), in ring-buffer order.
-  cap = state.bank_edge.shape[0]
-  flat, valid = _edge_ids((n + 1, n), prev, tools, mask)
-  write = _first_visits(flat, valid) & (scores[:, None] >= bank_min_score)
-  write = _replicated(write.reshape(-1))
-  flat = _replicated(flat.reshape(-1))
-  entry_score = jnp.repeat(_replicated(scores), h)
-  entry_emb = jnp.repeat(_replicated(_unit(task_emb.astype(jnp.float32))), h, axis=0)
-  rank = jnp.cumsum(write.astype(jnp.int32)) - 1
-  total = jnp.sum(write.astype(jnp.int32))
-  keep = write & (rank >= total - cap)
-  pos = jnp.where(keep, (state.bank_ptr + rank) % cap, cap)
+  bank = memory_bank.write(state, prev, tools, mask, scores, task_emb, num_tools=n,
+                           bank_min_score=bank_min_score)
   return PheromoneState(
       tau=tau,
       tau_arg=tau_arg,
-      bank_emb=state.bank_emb.at[pos].set(entry_emb, mode="drop"),
-      bank_edge=state.bank_edge.at[pos].set(flat, mode="drop"),
-      bank_score=state.bank_score.at[pos].set(entry_score, mode="drop"),
-      bank_valid=state.bank_valid.at[pos].set(True, mode="drop"),
-      bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32),
+      **bank,
       tau_step=tau_step,
       tau_arg_step=tau_arg_step,
       num_updates=(now + 1).astype(jnp.int32),
@@ -625,58 +463,29 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
       arg_rho=new_arg_rho)
 
 
-def bank_similarity(state: PheromoneState, task_emb: chex.Array) -> jax.Array:
-  """Cosine similarity of each task to every bank entry: f32[B, C] = unit(task_emb) @ bank_emb^T.
-
-  Constant over a rollout (the bank changes only in `update_pheromone`), so a caller that
-  queries `pheromone_rows` at every step may compute it once and pass it as `bank_sim`.
-
-  Args:
-    state: `PheromoneState` (bank_emb holds unit vectors or zeros).
-    task_emb: f32[B, D] task embeddings (any norm).
-  Returns:
-    f32[B, C] in [-1, 1]; 0 for empty slots and zero embeddings.
-  """
-  chex.assert_rank(task_emb, 2)
-  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
-  return _unit(jnp.asarray(task_emb, jnp.float32)) @ jnp.asarray(state.bank_emb).T
-
-
 def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex.Array, *, w,
                    kappa, top_k_similar: int, tau_min, tau_max, dep_units: str = "tau_range",
                    max_evidence: int = 256, bank_sim: chex.Array | None = None) -> jax.Array:
   """Fused pheromone tau(prev, . | x) over all next tools, one row per rollout.
 
-  For row b with prev tool i = prev_b and task x_b (unit embedding e):
-    E_b     = the max_evidence bank entries c of edges leaving i with the highest
-              s_c = cos(e, e_c) > 0 (ties: lower slot first);
-    E_bj    = the top_k_similar most similar entries of E_b whose edge is (i, j);
-    S       = sum_{c in E_bj} s_c;   qbar = sum_{c in E_bj} s_c q_c / S  (weighted mean score);
-    c_ij(x) = S / (S + kappa)                          (confidence, 0 with no evidence);
-    tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default)
-            | clip(qbar, tau_min, tau_max)         ('score');
-    tau     = clip((1 - w c_ij) tau_agn(i, j) + w c_ij tau_dep, tau_min, tau_max).
-  A task with no similar history (S = 0) gets tau_agn exactly. tau_agn is the effective
-  (lazily evaporated) value, `effective_tau(state)[i]`, gathered for the B rows only.
-  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-dependent pheromone and fusion). The
-  confidence form is unpublished; S / (S + kappa) is the SPEC's suggestion. The SPEC gives
-  tau_dep in score units; 'tau_range' maps the mean score affinely onto [tau_min, tau_max] so
-  both fused terms share units (the authors' code maps it as tau0 + 0.8 qbar (tau_max - tau0)).
-  Only positive similarities count as evidence. `max_evidence` bounds the per-row work
-  (a top-k over the bank instead of a full sort); with max_evidence >= C it is exact "top
-  top_k_similar per edge" over the whole bank.
+    tau_ij(x) = clip((1 - w c_ij(x)) tau_agn(i, j) + w c_ij(x) tau_dep_ij(x), tau_min, tau_max)
+  with i = prev_b, c_ij the confidence and tau_dep_ij the task-dependent pheromone of the memory bank
+  (`phgpo.memory_bank.dependent_pheromone`, formulas in phgpo/memory_bank.py). A task with no similar history
+  (c = 0) gets tau_agn exactly. tau_agn is the effective (lazily evaporated) value,
+  `effective_tau(state)[i]`, gathered for the B rows only.
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-dependent pheromone and fusion).
 
   Args:
     state: `PheromoneState`.
     prev_tools: i32[B], previous tool per rollout, START = N at step 0; values outside [0, N]
       are clamped (not checked under jit).
     task_emb: f32[B, D], task embedding per rollout (normalised here).
-    w: task weight in [0, 1] (config `pheromone.task_weight`; ramps up in the curriculum).
+    w: task weight in [0, 1] (ramped by the curriculum up to config `pheromone.w_max`).
       A Python 0 skips the bank lookup entirely.
     kappa: > 0, confidence half-saturation in summed similarity (config `pheromone.kappa`).
     top_k_similar: static, entries per edge used (config `pheromone.top_k_similar`).
     tau_min, tau_max: MAX-MIN bounds (the result always lies within them).
-    dep_units: 'tau_range' or 'score', see above (static; config `pheromone.dep_units`).
+    dep_units: 'tau_range' or 'score' (static; config `pheromone.dep_units`, see phgpo/memory_bank.py).
     max_evidence: static, entries considered per row (config `pheromone.max_evidence`).
     bank_sim: optional f32[B, C] from `bank_similarity(state, task_emb)`, to reuse across steps.
   Returns:
@@ -692,57 +501,27 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
   chex.assert_type([prev_tools, task_emb], [int, float])
   chex.assert_equal_shape_prefix([prev_tools, task_emb], 1)
   chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
-  _check_bounds(tau_min, tau_max)
+  rule.check_bounds(tau_min, tau_max)
   if dep_units not in DEP_UNITS:
     raise ValueError(f"pheromone.dep_units must be one of {DEP_UNITS}, got {dep_units!r}.")
   if int(top_k_similar) < 1 or int(max_evidence) < 1:
     raise ValueError(f"pheromone.top_k_similar and pheromone.max_evidence must be >= 1, got "
                      f"{top_k_similar}, {max_evidence}.")
-  if _is_static(kappa) and kappa <= 0:
+  if rule.is_static(kappa) and kappa <= 0:
     raise ValueError(f"pheromone.kappa must be > 0, got {kappa}.")
   state = _check_state(state)
   prev_tools = jnp.asarray(prev_tools)
   n = state.tau.shape[1]
-  cap = state.bank_edge.shape[0]
   tau_agn = _effective(take_rows(state.tau, prev_tools), take_rows(state.tau_step, prev_tools),
                        state.num_updates, state.rho, tau_min)
-  if _is_static(w) and w == 0:
+  if rule.is_static(w) and w == 0:
     return jnp.clip(tau_agn, tau_min, tau_max)
 
   prev = jnp.clip(prev_tools.astype(jnp.int32), 0, n)
   sim = bank_similarity(state, task_emb) if bank_sim is None else jnp.asarray(bank_sim)
-  chex.assert_shape(sim, (prev.shape[0], cap))
-  entry_prev = state.bank_edge // n
-  entry_next = state.bank_edge % n
-  match = state.bank_valid[None, :] & (entry_prev[None, :] == prev[:, None]) & (sim > 0)
-  k_ev = min(int(max_evidence), cap)
-  if k_ev == cap and int(top_k_similar) >= cap:
-    # Every matched entry counts: no selection needed.
-    wsim = jnp.where(match, sim, 0.0)
-    nxt = jnp.zeros_like(prev)[:, None] + entry_next[None, :]
-    score = jnp.zeros_like(sim) + state.bank_score[None, :]
-  else:
-    vals, slot = jax.lax.top_k(jnp.where(match, sim, -jnp.inf), k_ev)  # sorted, most similar first
-    found = vals > -jnp.inf
-    nxt = take_rows(entry_next, slot)
-    score = take_rows(state.bank_score, slot)
-    # Rank of each entry among the more similar (earlier) entries of the same edge.
-    same = (nxt[:, :, None] == nxt[:, None, :]) & found[:, None, :]
-    earlier = jnp.tril(jnp.ones((k_ev, k_ev), bool), k=-1)
-    rank = jnp.sum(same & earlier, axis=-1)
-    wsim = jnp.where(found & (rank < int(top_k_similar)), vals, 0.0)
-
-  def per_row(ws, ws_q, ids):
-    seg = jax.ops.segment_sum(jnp.stack([ws, ws_q], axis=-1), ids, num_segments=n)
-    return seg[:, 0], seg[:, 1]
-
-  s_sum, sq_sum = jax.vmap(per_row)(wsim, wsim * score, nxt)
-  qbar = jnp.where(s_sum > 0, sq_sum / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
-  conf = s_sum / (s_sum + kappa)
-  if dep_units == "tau_range":
-    tau_dep = tau_min + jnp.clip(qbar, 0.0, 1.0) * (tau_max - tau_min)
-  else:
-    tau_dep = jnp.clip(qbar, tau_min, tau_max)
+  conf, tau_dep = memory_bank.dependent_pheromone(
+      state, prev, sim, num_tools=n, kappa=kappa, top_k_similar=top_k_similar,
+      max_evidence=max_evidence, tau_min=tau_min, tau_max=tau_max, dep_units=dep_units)
   wc = w * conf
   fused = (1.0 - wc) * tau_agn + wc * tau_dep
   return jnp.clip(fused, tau_min, tau_max)

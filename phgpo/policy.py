@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Observation status codes of a history item (see phgpo/env.py StepResult.status).
+# Observation status codes of a history item (see common/envs/base.py StepResult.status).
 STATUS_CODES = {"ok": 0, "failed": 1, "unavailable": 2, "invalid": 3}
 NUM_STATUS = len(STATUS_CODES)
 

@@ -47,12 +47,13 @@ def sample_tools(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *
   Args:
     key: PRNG key; split into B per-rollout keys.
     logits: f32[B, N], policy logits over all tools; -inf or NaN marks an invalid tool.
-    log_prior: f32[B, N], log tau(a_{t-1}, . | x), e.g. log of `pheromone.pheromone_rows`.
+    log_prior: f32[B, N], log tau(a_{t-1}, . | x), e.g. log of `phgpo.pheromone.pheromone_rows`.
       Ignored (never multiplied) when beta == 0, so it may then hold anything.
-    top_k: K (static, config `phgpo.top_k`); K > N uses all N tools.
-    temperature: T (config `phgpo.temperature`); may be traced. T <= 0 takes the argmax.
-    beta: prior weight (config `phgpo.beta`, ramped); may be traced. beta = 0 samples the
-      policy's own top-K distribution at temperature T.
+    top_k: K (static, config `sampling.top_k`); K > N uses all N tools.
+    temperature: T (config `sampling.temperature`; `eval.temperature` when evaluating); may be
+      traced. T <= 0 takes the argmax.
+    beta: prior weight (ramped by the curriculum to config `pheromone.beta_max`); may be traced.
+      beta = 0 samples the policy's own top-K distribution at temperature T.
     valid_mask: optional bool[B, N], tools allowed at this step (False excluded).
   Returns:
     tools: i32[B], the sampled tool, or -1 (`NO_CANDIDATE`) for a row without any valid

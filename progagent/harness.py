@@ -1,56 +1,63 @@
-"""The three ProgAgent harnesses over the same tasks: DTC, PTC and Hybrid; prompts, parsing, accounting.
+"""The three ProgAgent harnesses over the same tasks: DTC, PTC and Hybrid; prompts, episodes, accounting.
 
-Source: ProgAgent (2026), "Three harnesses over the same tasks" (SPEC.md, ProgAgent).
-  DTC     each action is one JSON tool call ({"name", "arguments"}, parsed by common.tool_calls); the raw
-          tool result is appended to the context.
-  PTC     each action is a Python program in a ```python block, run in a persistent interpreter where
-          tools["name"](**kwargs) calls a tool and returns a Python object; only the program and what it
-          prints (cut at 50,000 characters) enter the context.
-  Hybrid  both are offered; a reply with a ```python block is a program, else a JSON tool call.
-
-Action rule (parse_action): PTC takes the first ```python (or ```py) block; a block never closed is a
-format error; no block is 'none' (the agent stopped acting). Hybrid: a python block wins over JSON (a
-program may contain dict literals that look like calls). DTC: common.tool_calls.parse_tool_call.
+Source: ProgAgent (2026), "Three harnesses over the same tasks" (SPEC.md, ProgAgent). Every harness speaks
+OpenAI-format messages with native function calling (the contract of common.chat):
+  [system: the mode's instructions (system_prompt), user: the task instruction,
+   assistant: {content, tool_calls: [{id, type: 'function', function: {name, arguments: dict}}]},
+   tool: {tool_call_id, name, content: the observation}, ...]
+and the tools are OpenAI function schemas (common.chat.tool_schemas of ProgEnv.tools()):
+  DTC     the task tools (incl. submit_answer); each call's raw result is the tool message;
+  PTC     one tool, programmatic_tool_call(code: str): a Python program run in the episode's persistent
+          interpreter, where tools["name"](**kwargs) calls a task tool and returns a Python object; only what
+          the program prints (cut at 50,000 characters) is the tool message;
+  Hybrid  both.
+The environment is progagent.ptc_env.ProgEnv (a ToolEnv of the mode: a program is one step, run in-process or
+in the sandboxed kernel). A policy maps (messages, tools) to an assistant message dict; the policy has already
+separated reasoning (key 'reasoning', kept in the record, never executed) from the content and parsed its tool
+calls (common.chat.ChatTemplate.parse for a local model, progagent.teacher_client for an endpoint). A reply it
+could not read carries 'error' (a named message, common.tool_calls / common.chat): none of its calls runs, the
+harness shows that error to the agent as a user message and the episode goes on. A single call that cannot
+be run (no name, arguments that are not a JSON object) is answered by a named error in its tool message. A
+reply with no tool call ends the episode ('no_action'). Several tool calls in one reply run in order, each
+answered by its own tool message; the calls after the one that ends the episode do not run.
 
 Episode accounting (EpisodeStats), per episode:
-  context_tokens      tokens of the whole final context (system prompt + instruction + every action and
-                      observation): the context length the policy needs at the last turn;
-  prompt/action/observation_tokens   the same split by message kind;
-  tool_calls, tool_errors            calls reaching the environment and those that failed (status not
+  context_tokens      tokens of the whole final context (tool schemas + system prompt + instruction + every
+                      action and observation): the context length the policy needs at the last turn;
+  prompt/action/observation_tokens   the same split by message kind (the tool schemas count as prompt);
+  tool_calls, tool_errors            calls reaching the task environment and those that failed (status not
                                      'ok'), from the environment's own counter when it has one
-                                     (ProgTaskEnv.episode_counts), so PTC calls made inside programs count;
-  parse_errors, program_errors       unreadable actions; programs that raised.
+                                     (episode_counts()), so calls made inside PTC programs count;
+  parse_errors, program_errors       unreadable replies and calls the environment refused as malformed
+                                     (status 'invalid'); programs that raised (status 'failed');
+  turns                              assistant replies.
 Token counting: `tokenizer` is any callable text -> int, or an object with `encode` (a Hugging Face
 tokenizer; special tokens not added); the default `regex_token_count` counts words (\\w+) and single
-punctuation marks: a documented, model-free proxy, not any model's tokenizer. No per-message template
-overhead is added (config: message_overhead).
-
-Runtimes for PTC (anything with run(code) -> result having .output (str) and .error (str | None), and
-close()): `InProcessRuntime` executes programs in this process with a `tools` dict of direct callables
-(no sandbox, no timeout: for oracles, audits and tests); make_runtime('kernel', env) builds the sandboxed
-IPython kernel of progagent.runtime instead.
+punctuation marks: a documented, model-free proxy, not any model's tokenizer. A message counts as
+message_text(message) (its content, then each tool call's name and argument values, strings raw, so a
+program counts as its source text); the tool schemas as their JSON. No per-message template overhead is
+added (argument message_overhead).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import io
 import json
 import re
-import traceback
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from common import chat
 from common import tool_calls
+from common import tool_wire
+from common.tool_wire import MAX_OUTPUT_CHARS, ExecResult, format_exec, truncate_output  # noqa: F401 (re-exported)
+from progagent.inprocess_runtime import InProcessRuntime, make_runtime  # noqa: F401 (re-exported)
+from progagent import ptc_env
+from progagent.task_env import ProgTaskEnv
 from progagent.tasks import oracle as oracle_lib
 
 MODES = ("dtc", "ptc", "hybrid")
-MAX_OUTPUT_CHARS = 50_000
-ToolError = oracle_lib.ToolError   # raised in programs by a failed call (the name progagent.runtime uses too)
 
-_BLOCK = re.compile(r"```(?:python|py)[ \t]*\r?\n(.*?)```", re.S)
-_OPEN = re.compile(r"```(?:python|py)[ \t]*\r?\n")
+PROGRAM_TOOL = ptc_env.PROGRAM_TOOL   # PTC's one tool, programmatic_tool_call(code)
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -76,90 +83,33 @@ def make_token_counter(tokenizer: Any = None) -> Callable[[str], int]:
 # ------------------------------------------------------------------------------------------------ prompts
 
 
-def _signature(tool: Mapping[str, Any]) -> str:
-  schema = tool.get("inputSchema") or {}
-  req = set(schema.get("required") or ())
-  parts = []
-  for name, prop in (schema.get("properties") or {}).items():
-    t = prop.get("type", "any")
-    t = "|".join(t) if isinstance(t, list) else t
-    enum = f" one of {prop['enum']}" if prop.get("enum") else ""
-    parts.append(f"{name}: {t}{enum}" + ("" if name in req else " (optional)"))
-  return f"{tool['name']}({', '.join(parts)})"
+_INTRO = "You are an agent that solves a task by using tools over a database and a file workspace. "
+_DTC = ("Call the tools through the function-calling interface; the raw result of each call is shown to you. "
+        "When the task is complete, call submit_answer.")
+_PROGRAM = ("In a program, tools[\"<tool>\"](**arguments) calls one of the tools listed in the description of "
+            f"{PROGRAM_TOOL} and returns its result as a Python object (dict, list, number); a failed call raises "
+            "ToolError with the tool's message. Loops, branches and try/except are allowed. Variables persist "
+            "between your programs. Only what a program prints is shown to you (at most {limit} characters).")
+_PTC = (f"Act by calling {PROGRAM_TOOL} with a Python program as its `code` argument. " + _PROGRAM +
+        " Finish with tools[\"submit_answer\"](...) in a program.")
+_HYBRID = ("Either call a tool directly through the function-calling interface (its raw result is shown to "
+           f"you), or call {PROGRAM_TOOL} with a Python program as its `code` argument. " + _PROGRAM +
+           " Finish by calling submit_answer, directly or in a program.")
 
 
-def render_tools(tools: Sequence[Mapping[str, Any]]) -> str:
-  """One line per tool: name(param: type, ...): description."""
-  return "\n".join(f"- {_signature(t)}: {t.get('description', '')}" for t in tools)
+def system_prompt(mode: str, *, max_output_chars: int = tool_wire.MAX_OUTPUT_CHARS) -> str:
+  """The system prompt of a harness: how to act. The tools themselves reach the model as function schemas
+  (the chat template renders them), PTC's task tools in the description of programmatic_tool_call.
 
-
-_INTRO = ("You are an agent that solves a task by using tools over a database and a file workspace. "
-          "The tools are:\n{tools}\n")
-_DTC = ('Act with exactly one tool call per reply, written as a JSON object: {{"name": "<tool>", "arguments": '
-        '{{...}}}}. The raw result of the call is shown to you. When the task is complete, call submit_answer.')
-_PTC = ("Act by writing a Python program in a ```python code block. In the program, tools[\"<tool>\"](**arguments) "
-        "calls a tool and returns its result as a Python object (dict, list, number); a failed call raises "
-        "ToolError with the tool's message. Loops, branches and try/except are allowed. Variables persist "
-        "between your programs. Only what your program prints is shown to you (at most {limit} characters). "
-        "Finish with tools[\"submit_answer\"](...).")
-_HYBRID = ("Each reply is either one tool call written as a JSON object {{\"name\": \"<tool>\", \"arguments\": "
-           "{{...}}}} (its raw result is shown to you), or a Python program in a ```python code block. In a "
-           "program, tools[\"<tool>\"](**arguments) calls a tool and returns its result as a Python object (dict, "
-           "list, number); a failed call raises ToolError with the tool's message. Loops, branches and "
-           "try/except are allowed. Variables persist between your programs. Only what a program prints is shown "
-           "to you (at most {limit} characters). Finish by calling submit_answer.")
-
-
-def system_prompt(mode: str, tools: Sequence[Mapping[str, Any]], *, max_output_chars: int = MAX_OUTPUT_CHARS) -> str:
-  """The system prompt of a harness, listing the tools.
-
+  Args:
+    mode: 'dtc', 'ptc' or 'hybrid'.
+    max_output_chars: the printed-output cut the prompt announces (the runtime's, common.tool_wire).
   Raises:
     ValueError: unknown mode.
   """
   _check_mode(mode)
-  how = {"dtc": _DTC, "ptc": _PTC, "hybrid": _HYBRID}[mode].format(limit=max_output_chars)
-  return _INTRO.format(tools=render_tools(tools)) + "\n" + how
-
-
-# ------------------------------------------------------------------------------------------------ actions
-
-
-class Action(NamedTuple):
-  """A parsed reply: kind 'call' (call set), 'program' (code set), 'none' (no action) or 'error' (error set)."""
-  kind: str
-  call: dict | None = None
-  code: str | None = None
-  error: str | None = None
-
-
-def _parse_program(text: str) -> Action | None:
-  m = _BLOCK.search(text)
-  if m is not None:
-    code = m.group(1)
-    return Action("program", code=code) if code.strip() else Action(
-        "error", error="Error: the ```python block is empty; put the program inside it.")
-  if _OPEN.search(text):
-    return Action("error", error="Error: the ```python block is never closed; end the program with ```.")
-  return None
-
-
-def parse_action(mode: str, text: str) -> Action:
-  """The action in a reply under a harness (see the module docstring for the rule); never raises on str."""
-  _check_mode(mode)
-  if not isinstance(text, str):
-    raise TypeError(f"parse_action takes the reply text (str), got {type(text).__name__}")
-  if mode in ("ptc", "hybrid"):
-    prog = _parse_program(text)
-    if prog is not None:
-      return prog
-    if mode == "ptc":
-      return Action("none")
-  parsed = tool_calls.parse_tool_call(text)
-  if parsed.kind == "call":
-    return Action("call", call=parsed.call)
-  if parsed.kind == "none":
-    return Action("none")
-  return Action("error", error=parsed.error_observation())
+  how = {"dtc": _DTC, "ptc": _PTC, "hybrid": _HYBRID}[mode]
+  return _INTRO + how.replace("{limit}", str(max_output_chars))
 
 
 def _check_mode(mode: str) -> None:
@@ -167,94 +117,61 @@ def _check_mode(mode: str) -> None:
     raise ValueError(f"harness mode must be one of {MODES}, got {mode!r}")
 
 
+# ------------------------------------------------------------------------------------------------ messages
+
+
+def assistant_message(content: str = "", calls: Sequence[Mapping[str, Any]] = (), *, reasoning: str | None = None,
+                      call_id_prefix: str = "call") -> dict:
+  """An assistant message in the contract form: calls [{'name', 'arguments'}] become native tool calls
+  [{'id': f'{call_id_prefix}_{i}', 'type': 'function', 'function': {'name', 'arguments'}}]."""
+  msg = {"role": "assistant", "content": content,
+         "tool_calls": [{"id": f"{call_id_prefix}_{i}", "type": "function",
+                         "function": {"name": c["name"], "arguments": dict(c.get("arguments") or {})}}
+                        for i, c in enumerate(calls)]}
+  if reasoning:
+    msg["reasoning"] = reasoning
+  return msg
+
+
+def _value_text(v: Any) -> str:
+  return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+  """The text the token proxy counts for a message: its content, then per tool call its name and each
+  argument's name and value (strings raw, other values as JSON). Reasoning is not counted (it is not carried
+  into the next turn's context)."""
+  parts = [message.get("content") or ""]
+  for c in message.get("tool_calls") or ():
+    fn = c.get("function") or {}
+    args = fn.get("arguments")
+    parts.append(str(fn.get("name", "")))
+    if isinstance(args, Mapping):
+      parts += [f"{k}: {_value_text(v)}" for k, v in args.items()]
+    elif args is not None:
+      parts.append(_value_text(args))
+  return "\n".join(p for p in parts if p)
+
+
+def mode_tools(mode: str, task_id: str) -> list[dict]:
+  """The MCP tools a harness mode offers for `task_id` (ProgEnv.tools(); common.chat.tool_schemas makes them
+  function schemas). Raises KeyError for an unknown task, ValueError for an unknown mode."""
+  _check_mode(mode)
+  task_env = ProgTaskEnv(task_id)
+  try:
+    return ptc_env.ProgEnv(task_env, mode=mode, runtime="inprocess").tools()
+  finally:
+    task_env.close()
+
+
+def tools_text(schemas: Sequence[Mapping[str, Any]]) -> str:
+  """The text the token proxy counts for the tool schemas: their JSON ('' for none)."""
+  return json.dumps(list(schemas), ensure_ascii=False) if schemas else ""
+
+
 # ------------------------------------------------------------------------------------------------ runtimes
-
-
-class ExecResult(NamedTuple):
-  """What one program execution returns (the same fields as progagent.runtime's ExecResult)."""
-  output: str
-  error: str | None = None
-
-
-def truncate_output(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
-  """Cuts text to `limit` characters (code points, never splitting one) plus a marker naming the cut."""
-  if len(text) <= limit:
-    return text
-  return text[:limit] + f"\n[output truncated: {len(text) - limit} more characters were cut]"
-
-
-class InProcessRuntime:
-  """Runs PTC programs in this process, with `tools` calling `call_tool` directly.
-
-  Persistent namespace across run() calls (variables survive between turns); stdout captured; output cut
-  at max_output_chars; an exception becomes ExecResult.error (its traceback, program frames only). Not a
-  sandbox and no timeout: use it for oracles, audits and tests only; progagent.runtime is the real one.
-
-  Args:
-    call_tool: (name, arguments) -> MCP tools/call result dict (ProgTaskEnv.call_tool).
-    tool_names: the keys of the program's `tools` dict.
-    max_output_chars: cut for printed output (ProgAgent: 50,000).
-  """
-
-  def __init__(self, call_tool: Callable[[str, dict], Mapping[str, Any]], tool_names: Sequence[str], *,
-               max_output_chars: int = MAX_OUTPUT_CHARS):
-    self.max_output_chars = max_output_chars
-
-    def make(name):
-      def call(**kwargs):
-        return oracle_lib.mcp_to_native(call_tool(name, kwargs))
-      call.__name__ = name
-      return call
-
-    self.namespace: dict[str, Any] = {"__name__": "__main__", "tools": {n: make(n) for n in tool_names},
-                                      "ToolError": ToolError}
-
-  def run(self, code: str) -> ExecResult:
-    buf = io.StringIO()
-    self.namespace["print"] = functools.partial(print, file=buf)
-    error = None
-    try:
-      compiled = compile(code, "<program>", "exec")
-      with contextlib.redirect_stdout(buf):
-        exec(compiled, self.namespace)  # pylint: disable=exec-used
-    except (Exception, SystemExit) as e:  # the agent's error, reported to it
-      tb = traceback.extract_tb(e.__traceback__)
-      src = code.splitlines()
-      lines = [f"  line {f.lineno}: {src[f.lineno - 1].strip() if 0 < (f.lineno or 0) <= len(src) else ''}"
-               for f in tb if f.filename == "<program>"]
-      if isinstance(e, SyntaxError) and e.lineno:
-        lines.append(f"  line {e.lineno}: {(e.text or '').strip()}")
-      error = "\n".join(["Traceback (most recent call last):"] + lines + [f"{type(e).__name__}: {e}"])
-    return ExecResult(truncate_output(buf.getvalue(), self.max_output_chars), error)
-
-  def close(self) -> None:
-    self.namespace.clear()
-
-
-def make_runtime(kind: str, env: Any) -> Any:
-  """A PTC runtime for the current episode of `env` (a ProgTaskEnv after reset()).
-
-  kind 'inprocess': InProcessRuntime over env.call_tool. kind 'kernel': the sandboxed persistent IPython
-  kernel of progagent.runtime (ProgramRuntime(env, workspace_dir=env.workspace_dir)): its tools are
-  proxied to env.call_tool, and of the episode's state it sees the workspace only (as /workspace).
-  Raises:
-    ValueError: unknown kind. ImportError: the kernel runtime is not installed.
-  """
-  if kind not in ("inprocess", "kernel"):
-    raise ValueError(f"runtime kind must be 'inprocess' or 'kernel', got {kind!r}")
-  if kind == "inprocess":
-    return InProcessRuntime(env.call_tool, [t["name"] for t in env.tools()])
-  from progagent import runtime as runtime_lib  # the sandboxed kernel runtime (imported only when asked for)
-  return runtime_lib.ProgramRuntime(env, workspace_dir=str(env.workspace_dir))
-
-
-def format_exec(result: Any) -> str:
-  """The observation of one program run: its printed output, then the error if it raised."""
-  out = result.output or ""
-  err = getattr(result, "error", None)
-  if err and err not in out:   # progagent.runtime already prints the traceback into the output
-    return (out + ("\n" if out and not out.endswith("\n") else "") + f"Error:\n{err}").strip("\n")
-  return out if out.strip() else "(no output)"
+# InProcessRuntime, make_runtime: progagent/inprocess_runtime.py; ExecResult, format_exec, truncate_output:
+# common/tool_wire.py (both re-exported above).
 
 
 # ------------------------------------------------------------------------------------------------ episodes
@@ -284,89 +201,139 @@ class EpisodeStats:
 
 @dataclasses.dataclass
 class Episode:
+  """One episode: the OpenAI-format messages, the function schemas offered, the accounting."""
   messages: list[dict]
   stats: EpisodeStats
+  tools: list[dict] = dataclasses.field(default_factory=list)
 
 
-def run_episode(env: Any, policy: Callable[[list[dict]], str], *, mode: str, task_id: str | None = None,
-                seed: int = 0, runtime_factory: Callable[[Any], Any] | None = None, tokenizer: Any = None,
-                max_turns: int = 50, message_overhead: int = 0) -> Episode:
-  """Runs one episode of `policy` in `env` under a harness.
+Policy = Callable[[list[dict], list[dict]], Mapping[str, Any]]
+
+
+def _call_of(c: Any) -> tuple[dict | None, str | None]:
+  """One native tool call -> ({'name', 'arguments'}, None) or (None, a named error for the agent).
+
+  Arguments given as a JSON string (OpenAI wire form) are decoded.
+  """
+  fn = c.get("function") if isinstance(c, Mapping) else None
+  name = fn.get("name") if isinstance(fn, Mapping) else None
+  if not isinstance(name, str) or not name.strip():
+    return None, tool_calls.call_error("a tool call of your reply has no function name")
+  args = fn.get("arguments")
+  if args is None or args == "":
+    args = {}
+  if isinstance(args, str):
+    try:
+      args = json.loads(args)
+    except json.JSONDecodeError as e:
+      return None, tool_calls.call_error(f"the arguments of your call to {name!r} are not valid JSON ({e.msg} "
+                                         f"at char {e.pos})")
+  if not isinstance(args, dict):
+    return None, tool_calls.call_error(f"the arguments of your call to {name!r} must be a JSON object, got "
+                                       f"{type(args).__name__}")
+  return {"name": name.strip(), "arguments": args}, None
+
+
+def _raw_function(c: Any) -> dict:
+  """The 'function' of a tool call that cannot run, kept as the policy sent it (a dict, whatever it holds)."""
+  fn = c.get("function") if isinstance(c, Mapping) else None
+  return dict(fn) if isinstance(fn, Mapping) else {"name": "", "arguments": str(fn if fn is not None else c)}
+
+
+def run_episode(env: Any, policy: Policy, *, mode: str, task_id: str | None = None, seed: int = 0,
+                tokenizer: Any = None, max_turns: int = 50, message_overhead: int = 0) -> Episode:
+  """Runs one episode of `policy` in `env` under a harness (see the module docstring).
 
   Args:
-    env: a ProgTaskEnv (or any ToolEnv; PTC needs call_tool and a runtime).
-    policy: messages ([{'role', 'content'}]) -> the assistant's reply text.
+    env: a progagent.ptc_env.ProgEnv of `mode` (any ToolEnv whose tools() are the mode's tools; a program is
+      a programmatic_tool_call step). Not closed here.
+    policy: (messages, tools) -> assistant message {'content': str, 'tool_calls': [native calls],
+      optional 'reasoning': str, optional 'error': str (a reply it could not read)}; messages are the
+      conversation so far (OpenAI format), tools the OpenAI function schemas.
     mode: 'dtc', 'ptc' or 'hybrid'.
     task_id, seed: passed to env.reset.
-    runtime_factory: env -> PTC runtime, called after reset (default InProcessRuntime via make_runtime).
     tokenizer: see make_token_counter.
     max_turns: replies before the episode is cut.
     message_overhead: tokens added per message (chat-template framing); 0 by default.
   Returns:
-    Episode(messages, stats); stats.reward is env.verify() when the env has it, else the last
-    info['reward'].
+    Episode(messages, stats, tools); an assistant message keeps its reasoning under 'reasoning'; a tool
+    message is {'role': 'tool', 'tool_call_id', 'name', 'content'}. stats.reward is env.verify() when the env
+    has it, else the last info['reward'].
+  Raises:
+    ValueError: unknown mode. TypeError: the policy returned something that is not a message dict.
   """
   _check_mode(mode)
   count = make_token_counter(tokenizer)
   instruction = env.reset(task_id, seed) if task_id is not None else env.reset(seed=seed)
-  tools = env.tools()
-  stats = EpisodeStats(task_id=getattr(getattr(env, "task", None), "task_id", task_id or "?"), mode=mode)
+  schemas = chat.tool_schemas(env.tools())
+  task = getattr(env, "task", None)
+  stats = EpisodeStats(task_id=getattr(task, "task_id", task_id or "?"), mode=mode)
   messages: list[dict] = []
 
-  def add(role, content, kind):
-    messages.append({"role": role, "content": content})
-    n = count(content) + message_overhead
+  def add(msg, kind):
+    messages.append(msg)
+    n = count(message_text(msg)) + message_overhead
     stats.context_tokens += n
     setattr(stats, kind, getattr(stats, kind) + n)
 
-  add("system", system_prompt(mode, tools), "prompt_tokens")
-  add("user", instruction, "prompt_tokens")
-  runtime = None
+  if schemas:
+    n = count(tools_text(schemas))
+    stats.context_tokens += n
+    stats.prompt_tokens += n
+  add({"role": "system", "content": system_prompt(mode)}, "prompt_tokens")
+  add({"role": "user", "content": instruction}, "prompt_tokens")
+  counts = getattr(env, "episode_counts", None)
   last_info: dict = {}
-  counted = hasattr(env, "episode_counts")
-  try:
-    while True:
-      if stats.turns >= max_turns:
-        stats.end = "max_turns"
-        break
-      text = policy(messages)
-      stats.turns += 1
-      add("assistant", text, "action_tokens")
-      act = parse_action(mode, text)
-      if act.kind == "none":
-        stats.end = "no_action"
-        break
-      if act.kind == "error":
+  while not stats.end:
+    if stats.turns >= max_turns:
+      stats.end = "max_turns"
+      break
+    reply = policy(messages, schemas)
+    if not isinstance(reply, Mapping):
+      raise TypeError(f"a policy returns an assistant message dict, got {type(reply).__name__}")
+    stats.turns += 1
+    raw_calls = [] if reply.get("error") else list(reply.get("tool_calls") or ())   # unreadable: run none
+    parsed = [_call_of(c) for c in raw_calls]
+    msg: dict[str, Any] = {"role": "assistant", "content": reply.get("content") or "", "tool_calls": [
+        {"id": (c.get("id") if isinstance(c, Mapping) else None) or f"call_{stats.turns}_{i}", "type": "function",
+         "function": ({"name": call["name"], "arguments": call["arguments"]} if call is not None
+                      else _raw_function(c))}
+        for i, (c, (call, _)) in enumerate(zip(raw_calls, parsed))]}
+    if reply.get("reasoning"):
+      msg["reasoning"] = reply["reasoning"]
+    add(msg, "action_tokens")
+    if not raw_calls:
+      if reply.get("error"):   # a reply the policy could not read: named, and the episode goes on
         stats.parse_errors += 1
-        add("user", act.error, "observation_tokens")
+        add({"role": "user", "content": reply["error"]}, "observation_tokens")
         continue
-      if act.kind == "call":
-        r = env.step(act.call)
+      stats.end = "no_action"
+      break
+    for tc, (call, error) in zip(msg["tool_calls"], parsed):
+      name = call["name"] if call is not None else str(tc["function"].get("name") or "")
+      if call is None:
+        stats.parse_errors += 1
+        observation = error
+      else:
+        r = env.step(call)
         last_info = dict(r.info or {})
-        if not counted:
+        observation = r.observation
+        if name == PROGRAM_TOOL or mode == "ptc":   # never reaches the task environment's counter
+          stats.program_errors += int(r.status == "failed")
+          stats.parse_errors += int(r.status == "invalid")
+        elif counts is None:
           stats.tool_calls += 1
           stats.tool_errors += int(r.status != "ok")
-        add("user", r.observation, "observation_tokens")
         if r.done:
           stats.end = "done"
-          break
-        continue
-      if runtime is None:
-        runtime = (runtime_factory or functools.partial(make_runtime, "inprocess"))(env)
-      res = runtime.run(act.code)
-      stats.program_errors += int(bool(res.error))
-      add("user", format_exec(res), "observation_tokens")
-      if getattr(env, "done", False):
-        stats.end = "done"
+      add({"role": "tool", "tool_call_id": tc["id"], "name": name, "content": observation}, "observation_tokens")
+      if stats.end:
         break
-  finally:
-    if runtime is not None:
-      runtime.close()
-  if counted:
-    c = env.episode_counts()
+  if counts is not None:
+    c = counts()
     stats.tool_calls, stats.tool_errors = c["tool_calls"], c["tool_errors"]
   stats.reward = float(env.verify()) if hasattr(env, "verify") else float(last_info.get("reward", 0.0))
-  return Episode(messages, stats)
+  return Episode(messages, stats, schemas)
 
 
 # ------------------------------------------------------------------------------------------------ oracles
@@ -375,9 +342,9 @@ def run_episode(env: Any, policy: Callable[[list[dict]], str], *, mode: str, tas
 class OraclePolicy:
   """A policy replaying a task's oracle under a harness (no model): the context-cost experiment and audit.
 
-  DTC: the DTC oracle (tasks.oracle.dtc_oracle), one JSON call per reply, reading each observation from
-  the last message. PTC / Hybrid: the PTC oracle programs, one per reply, in ```python blocks. After the
-  oracle is exhausted it replies "Done." (no action). Call close() when the episode is over.
+  DTC: the DTC oracle (tasks.oracle.dtc_oracle), one native tool call per reply, reading each observation
+  from the last (tool) message. PTC / Hybrid: the PTC oracle programs, one programmatic_tool_call per reply.
+  After the oracle is exhausted it replies "Done." with no tool call. Call close() when the episode is over.
   """
 
   def __init__(self, task: Any, mode: str, tool_names: Sequence[str]):
@@ -386,18 +353,22 @@ class OraclePolicy:
     self._programs = list(task.ptc)
     self._gen = oracle_lib.dtc_oracle(task.ptc, tool_names) if mode == "dtc" else None
     self._started = False
+    self._turn = 0
 
-  def __call__(self, messages: list[dict]) -> str:
+  def __call__(self, messages: list[dict], tools: Sequence[Mapping[str, Any]] = ()) -> dict:
+    self._turn += 1
+    prefix = f"oracle_{self._turn}"
     if self._gen is not None:
       try:
         call = self._gen.send(messages[-1]["content"]) if self._started else next(self._gen)
       except StopIteration:
-        return "Done."
+        return assistant_message("Done.")
       self._started = True
-      return json.dumps(call)
+      return assistant_message("", [call], call_id_prefix=prefix)
     if self._programs:
-      return f"```python\n{self._programs.pop(0)}```"
-    return "Done."
+      return assistant_message("", [{"name": PROGRAM_TOOL, "arguments": {"code": self._programs.pop(0)}}],
+                               call_id_prefix=prefix)
+    return assistant_message("Done.")
 
   def close(self) -> None:
     if self._gen is not None:
@@ -406,11 +377,15 @@ class OraclePolicy:
 
 def run_oracle(env: Any, mode: str, *, seed: int = 0, runtime: str = "inprocess", tokenizer: Any = None,
                max_turns: int = 10_000) -> Episode:
-  """The task's oracle episode under a harness, in a ProgTaskEnv (reset by this call)."""
+  """The task's oracle episode under a harness, on the ProgTaskEnv `env` (reset by this call; left open).
+
+  Its programs run in `runtime` ('inprocess' or 'kernel') through a progagent.ptc_env.ProgEnv over `env`.
+  """
   policy = OraclePolicy(env.task, mode, [t["name"] for t in env.tools()])
+  prog_env = ptc_env.ProgEnv(env, mode=mode, runtime=runtime)
   try:
-    return run_episode(env, policy, mode=mode, task_id=env.task.task_id, seed=seed,
-                       runtime_factory=functools.partial(make_runtime, runtime), tokenizer=tokenizer,
+    return run_episode(prog_env, policy, mode=mode, task_id=env.task.task_id, seed=seed, tokenizer=tokenizer,
                        max_turns=max_turns)
   finally:
     policy.close()
+    prog_env.close()

@@ -11,9 +11,12 @@ keep the environment's own code sandboxed too, let the factory return a common.e
 
 One server process serves one episode: one persistent kernel, variables kept across calls, the
 workspace (default: a fresh temporary directory, removed at exit) seen as /workspace. The process
-exits when its stdin closes (or on SIGTERM), and every process of the episode dies with it.
+exits when its stdin closes (or on SIGTERM), and every process of the episode dies with it. What a
+SIGKILLed server leaves (its default workspace, the runtime's folder, cgroups) is named after its pid
+and removed by the next server (or any process) that starts a sandbox (common.sandbox.sweep_stale).
 
-The tool answers with text content (the program's output, then the error line if any) and structured
+The tool answers with text content (common.tool_wire.format_exec: the same observation text the
+in-process runtime and progagent.ptc_env give for the program) and structured
 content {output, error, timed_out, restarted, tool_calls, truncated_chars} (runtime.ExecResult);
 `isError` is true when the program ended with an exception, a timeout or a kernel restart.
 
@@ -29,9 +32,9 @@ import logging
 import shutil
 import signal
 import sys
-import tempfile
 from typing import Any
 
+from common import sandbox_guard, tool_wire
 from common.env_server import load_factory
 from common.sandbox import SandboxConfig
 
@@ -42,7 +45,6 @@ _log = logging.getLogger("progagent.mcp_runtime_server")
 
 def tool_description(tool_list: list[dict], *, timeout_s: float, max_output_chars: int) -> str:
   """The description of `programmatic_tool_call`, listing the tools a program can call."""
-  from progagent.tool_proxy import describe_tools
   return (
       "Run a Python program in a persistent sandboxed interpreter (variables, imports and functions "
       "survive between calls). Call tools as tools[\"name\"](arg=value, ...); they return Python "
@@ -50,16 +52,23 @@ def tool_description(tool_list: list[dict], *, timeout_s: float, max_output_char
       "and try/except are allowed. Only what the program prints (and the value of a final "
       f"expression) is returned, cut to {max_output_chars} characters. Each call may run "
       f"{timeout_s:g} s. input() is not available; there is no network. Files live in "
-      "/workspace.\nAvailable tools:\n" + describe_tools(tool_list))
+      "/workspace.\nAvailable tools:\n" + tool_wire.describe_tools(tool_list))
+
+
+CODE_SCHEMA = {"type": "object", "properties": {"code": {
+    "type": "string", "description": "Python source to run"}}, "required": ["code"]}
+
+
+def program_tool(tool_list: list[dict], *, timeout_s: float, max_output_chars: int) -> dict:
+  """The MCP tools/list entry of `programmatic_tool_call` {name, description, inputSchema}."""
+  return {"name": TOOL_NAME, "inputSchema": CODE_SCHEMA,
+          "description": tool_description(tool_list, timeout_s=timeout_s, max_output_chars=max_output_chars)}
 
 
 def result_payload(res: Any) -> tuple[str, dict, bool]:
-  """ExecResult -> (text, structured, is_error) of the MCP answer."""
-  text = res.output
-  if res.error and res.error not in text:
-    text = (text + ("\n" if text and not text.endswith("\n") else "") + res.error)
+  """ExecResult -> (text, structured, is_error) of the MCP answer; text is tool_wire.format_exec(res)."""
   is_error = res.error is not None or res.timed_out or res.restarted
-  return text, res._asdict(), is_error
+  return tool_wire.format_exec(res), res._asdict(), is_error
 
 
 async def serve(factory: str, kwargs: dict, *, workspace: str, timeout_s: float,
@@ -84,12 +93,9 @@ async def serve(factory: str, kwargs: dict, *, workspace: str, timeout_s: float,
       return rt
 
     rt = await anyio.to_thread.run_sync(build)
-    tools = [types.Tool(
-        name=TOOL_NAME,
-        description=tool_description(rt.tool_list, timeout_s=timeout_s,
-                                     max_output_chars=max_output_chars),
-        input_schema={"type": "object", "properties": {"code": {
-            "type": "string", "description": "Python source to run"}}, "required": ["code"]})]
+    spec = program_tool(rt.tool_list, timeout_s=timeout_s, max_output_chars=max_output_chars)
+    tools = [types.Tool(name=spec["name"], description=spec["description"],
+                        input_schema=spec["inputSchema"])]
 
     async def list_tools(ctx, params):
       return types.ListToolsResult(tools=tools)
@@ -147,7 +153,9 @@ def main(argv: list[str] | None = None) -> None:
   kwargs = json.loads(a.kwargs)
   if not isinstance(kwargs, dict):
     raise SystemExit(f"--kwargs must be a JSON object, got {a.kwargs!r}")
-  workspace = a.workspace or tempfile.mkdtemp(prefix="progagent-ws-")
+  # <tmp>/agentrl-pws-<pid>-*: like the runtime's folder (agentrl-pa-<pid>-*) and the sandbox's cgroups
+  # (agentrl-<pid>-*), swept by the next process's common.sandbox.sweep_stale() if this one is SIGKILLed.
+  workspace = a.workspace or sandbox_guard.owned_tempdir("pws")
   holder: list = []
 
   def on_term(signum, frame):

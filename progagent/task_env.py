@@ -1,6 +1,6 @@
 """ProgTaskEnv: one ProgAgent task instance (task x scale level) as a ToolEnv and as a tool backend for PTC.
 
-Surface (phgpo/env.py `ToolEnv`, served in a sandboxed process by `python -m common.env_server --factory
+Surface (common.envs.base `ToolEnv`, served in a sandboxed process by `python -m common.env_server --factory
 progagent.task_env:ProgTaskEnv --kwargs '{"task_id": "retail/pending_over_500", "scale": 2}'`):
 
   tools() -> [MCP tool dicts]           the domain's tools + submit_answer; the same for every task of the
@@ -37,7 +37,7 @@ import tempfile
 import uuid
 from typing import Any, Mapping
 
-from phgpo.env import StepResult, ToolEnv
+from common.envs.base import StepResult, ToolEnv
 from progagent import tasks as tasks_lib
 from progagent.tasks import base
 

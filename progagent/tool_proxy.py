@@ -1,244 +1,62 @@
-"""Tool proxy of ProgAgent's programmatic tool calling: `tools["name"](**kwargs)` inside the kernel.
+"""Tool proxy of ProgAgent's programmatic tool calling: `tools["name"](**kwargs)` inside a program.
 
 Two halves, joined by one Unix-domain socket that lives in the episode's private runtime directory:
 
   kernel side   `install(namespace, socket_path, tool_list)` puts `tools` (a read-only mapping of
                 tool name -> callable) and `ToolError` into the program's namespace. A call sends
                 one JSON line {"id", "name", "arguments"} and blocks until the host answers, then
-                turns the answer into a native Python object, or raises `ToolError`.
-  host side     `ToolServer(backend, socket_path)` accepts the kernel's connections on a thread,
-                calls `backend.call_tool(name, arguments)` (one call at a time) and answers
-                {"id", "result": <MCP CallToolResult in wire form>} or {"id", "error": str}.
+                turns the answer into a native Python object, or raises `ToolError`
+                (common.tool_wire.decode_result: the one decoding and error rule). `run_cell(code)`
+                runs one program there by common.tool_wire.run_program.
+  host side     `ToolServer(backend, socket_path)` accepts the kernel's connections on a thread and
+                answers each request with `ToolHandler.handle`: {"id", "result": <MCP CallToolResult
+                in wire form>} or {"id", "error": str}.
 
-This module imports only the standard library at the top: `progagent.runtime` ships its source into
-the sandboxed kernel (the project's packages are not mounted there, see runtime.py), so the decoding
-below runs identically in the kernel and in host-side tests.
+The in-process runtime (progagent.inprocess_runtime) uses the same `ToolProxy` over a
+`DirectConnection` to the same `ToolHandler` (arguments and results pass through JSON as on the
+socket), so a program sees the same values and the same errors in both runtimes.
+
+This module imports only the standard library and common.tool_wire at the top: progagent.runtime
+ships the source of both into the sandboxed kernel (the project's packages are not mounted there),
+where tool_wire is the module `_progagent_tool_wire`.
 
 Backends. Anything with `tools() -> list[dict]` (MCP tool entries {name, description, inputSchema})
 and `call_tool(name, arguments) -> result`, where result is an MCP `CallToolResult` (SDK object), its
 wire dict {"content", "structuredContent", "isError"}, or a `StepResult`-like object with
-`.observation` and `.status`. `as_backend` also adapts a ToolEnv-shaped object (phgpo.env.ToolEnv,
-common.env_client.EnvClient / EnvSlot: `tools()` and `step(call)`), and `McpBackend` any MCP server
-driven by common.env_client.McpProcess. `FunctionBackend` serves a dict of Python functions (tests,
-benchmarks, demos).
-
-Result -> Python value (`decode_result`), after the error rule below has found no error:
-  1. structuredContent, when present; a dict whose only key is "result" is unwrapped (the MCP SDKs
-     wrap non-object outputs that way);
-  2. else the content: no item -> None; one text item -> decoded text; several items -> a list of
-     them (text items decoded, other items such as images as their wire dicts);
-  3. a text is decoded as JSON; if that fails, with `ast.literal_eval` (servers that answer with
-     Python reprs: single quotes, tuples, True/None); if that fails too, the raw string.
-
-Error rule (`error_message`). A result is an error, raised as `ToolError` carrying the server's own
-message, when
-  (a) `isError` is true; the message is the text content, else the structured content's
-      "error"/"message"/"exception" entry, else the structured content as JSON; or, with `isError`
-      false or omitted,
-  (b) the structured content, or a result consisting of one text item that parses as JSON, is an
-      object with a truthy top-level "error" entry and no keys other than ERROR_OBJECT_KEYS
-      ({"error": "no such table"}, {"error": {...}, "code": 404}); an ordinary record that merely
-      has an "error" field among other fields is data, not an error; or
-  (c) a result consisting of one text item whose text starts (after blank space) with "Error:" or
-      "Error executing tool" (case-insensitive; the latter is the Python SDK's own wording), with
-      "Traceback (most recent call last):", or with an exception-class prefix "SomethingError: " /
-      "SomethingException: ".
-  ProgAgent (2026) names servers that omit `isError` as a source of silent failures; (b) and (c)
-  close that gap while keeping ordinary data (text that mentions an error later on) intact.
+`.observation` and `.status`. `as_backend` also adapts a ToolEnv-shaped object
+(common.envs.base.ToolEnv, common.env_client.EnvClient / EnvSlot: `tools()` and `step(call)`), and
+`McpBackend` any MCP server driven by common.env_client.McpProcess. `FunctionBackend` serves a dict of
+Python functions (tests, benchmarks, demos).
 """
 
 from __future__ import annotations
 
-import ast
 import itertools
 import json
 import os
-import re
 import socket
+import sys
 import threading
+import time
 from typing import Any, Callable, Iterator, Mapping
 
-ERROR_OBJECT_KEYS = frozenset({"error", "message", "code", "details", "detail", "status", "type",
-                               "exception", "traceback", "isError", "is_error", "ok", "success"})
-_ERROR_TEXT_RE = re.compile(
-    r"^\s*(?:error(?:\s+executing\s+tool\b[^\n:]*)?\s*:|error\s+executing\s+tool\b"
-    r"|traceback \(most recent call last\):"
-    r"|[A-Za-z_][\w.]*(?:Error|Exception)\s*:\s)",
-    re.IGNORECASE)
-_LITERAL_EVAL_MAX_CHARS = 1_000_000
+if "_progagent_tool_wire" in sys.modules:  # inside the sandboxed kernel (progagent.runtime's prelude)
+  tool_wire = sys.modules["_progagent_tool_wire"]
+else:
+  from common import tool_wire
+
+# Re-exported: the names programs, tests and benchmarks have used from this module.
+ToolError = tool_wire.ToolError
+to_wire = tool_wire.to_wire
+decode_result = tool_wire.decode_result
+decode_text = tool_wire.decode_text
+error_message = tool_wire.error_message
+describe_tools = tool_wire.describe_tools
+ERROR_OBJECT_KEYS = tool_wire.ERROR_OBJECT_KEYS
+
 _PROXY_FILENAME = "<progagent.tool_proxy>"
-
-
-class ToolError(Exception):
-  """A tool call failed; str() is "tool 'NAME' failed: <the server's own message>".
-
-  Attributes:
-    tool: name of the tool.
-    message: the server's message, unchanged.
-    result: the MCP result in wire form (None when the call never reached the server).
-  """
-
-  def __init__(self, tool: str, message: str, result: dict | None = None):
-    self.tool = tool
-    self.message = message
-    self.result = result
-    super().__init__(f"tool {tool!r} failed: {message}")
-
-  def __reduce__(self):
-    return (type(self), (self.tool, self.message, self.result))
-
-
-# --------------------------------------------------------------------------------------------
-# Decoding (both sides)
-
-
-def to_wire(result: Any) -> dict:
-  """Any tool result -> MCP CallToolResult wire dict {"content", "structuredContent"?, "isError"?}.
-
-  Accepts an SDK result object (pydantic, with `model_dump`), a wire dict, a StepResult-like object
-  (`.observation`, `.status`: statuses "failed", "invalid", "unavailable", "error" set isError, any
-  other leaves it omitted) or a plain string.
-
-  Raises:
-    TypeError: anything else, naming the accepted forms.
-  """
-  if isinstance(result, Mapping):
-    if "content" not in result and "structuredContent" not in result:
-      raise TypeError("a tool result dict must be an MCP CallToolResult in wire form with 'content' "
-                      f"and/or 'structuredContent'; got keys {sorted(result)[:8]}")
-    return dict(result)
-  if hasattr(result, "model_dump"):
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-  if hasattr(result, "observation") and hasattr(result, "status"):
-    wire = {"content": [{"type": "text", "text": str(result.observation)}]}
-    if str(result.status) in ("failed", "invalid", "unavailable", "error"):
-      wire["isError"] = True
-    return wire
-  if isinstance(result, str):
-    return {"content": [{"type": "text", "text": result}]}
-  raise TypeError(f"cannot read a tool result of type {type(result).__name__}: return an MCP "
-                  "CallToolResult, its wire dict, a StepResult or a str")
-
-
-def _texts(wire: Mapping) -> list[str] | None:
-  """The texts of the content items, or None when some item is not text."""
-  out = []
-  for c in wire.get("content") or ():
-    if not isinstance(c, Mapping) or c.get("type") != "text":
-      return None
-    out.append(str(c.get("text", "")))
-  return out
-
-
-def _error_object_message(obj: Any) -> str | None:
-  """Rule (b): the message of an error-shaped object, else None."""
-  if not isinstance(obj, Mapping) or not obj.get("error"):
-    return None
-  if not set(obj).issubset(ERROR_OBJECT_KEYS):
-    return None
-  err = obj["error"]
-  if isinstance(err, Mapping):
-    msg = err.get("message") or err.get("detail") or json.dumps(err, default=str)
-  elif err is True:
-    msg = obj.get("message") or obj.get("detail") or obj.get("details") or json.dumps(obj, default=str)
-  else:
-    msg = str(err)
-    extra = obj.get("message") or obj.get("detail")
-    if extra and str(extra) not in msg:
-      msg = f"{msg}: {extra}"
-  return str(msg)
-
-
-def error_message(wire: Mapping) -> str | None:
-  """The server's error message when `wire` is an error result by the module's rule, else None."""
-  texts = _texts(wire)
-  structured = wire.get("structuredContent")
-  if wire.get("isError"):
-    joined = "\n".join(texts) if texts is not None else ""
-    if joined.strip():
-      return joined
-    if isinstance(structured, Mapping):
-      for k in ("error", "message", "exception"):
-        if structured.get(k):
-          v = structured[k]
-          return v if isinstance(v, str) else json.dumps(v, default=str)
-    if structured is not None:
-      return json.dumps(structured, default=str)
-    return "the tool reported an error without a message"
-  msg = _error_object_message(structured)
-  if msg is not None:
-    return msg
-  if texts is not None and len(texts) == 1 and structured is None:
-    text = texts[0]
-    stripped = text.lstrip()
-    if stripped.startswith("{"):
-      try:
-        msg = _error_object_message(json.loads(stripped))
-      except ValueError:
-        msg = None
-      if msg is not None:
-        return msg
-    if _ERROR_TEXT_RE.match(text):
-      return text.strip()
-  return None
-
-
-def decode_text(text: str) -> Any:
-  """JSON, else a Python literal (`ast.literal_eval`, texts up to 1e6 characters), else the string."""
-  try:
-    return json.loads(text)
-  except ValueError:
-    pass
-  s = text.strip()
-  if s and len(s) <= _LITERAL_EVAL_MAX_CHARS:
-    try:
-      return ast.literal_eval(s)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-      pass
-  return text
-
-
-def decode_result(wire: Mapping, tool: str = "?") -> Any:
-  """One tool result (wire form) -> native Python value, or raises ToolError (module docstring).
-
-  Args:
-    wire: MCP CallToolResult in wire form (see `to_wire`).
-    tool: the tool's name, for the error message.
-  Returns:
-    The decoded value.
-  Raises:
-    ToolError: the result is an error by the module's rule; carries the server's message.
-  """
-  msg = error_message(wire)
-  if msg is not None:
-    raise ToolError(tool, msg, dict(wire))
-  structured = wire.get("structuredContent")
-  if structured is not None:
-    if isinstance(structured, Mapping) and set(structured) == {"result"}:
-      return structured["result"]
-    return structured
-  items = list(wire.get("content") or ())
-  values = [decode_text(str(c.get("text", ""))) if isinstance(c, Mapping) and c.get("type") == "text"
-            else c for c in items]
-  if not values:
-    return None
-  return values[0] if len(values) == 1 else values
-
-
-def describe_tools(tool_list: list[dict]) -> str:
-  """One line per tool, `name(arg: type, opt?: type) - description`, for prompts and reprs."""
-  lines = []
-  for t in tool_list:
-    schema = t.get("inputSchema") or {}
-    props = schema.get("properties") or {}
-    req = set(schema.get("required") or ())
-    args = []
-    for k, v in props.items():
-      ty = v.get("type", "any") if isinstance(v, Mapping) else "any"
-      args.append(f"{k}{'' if k in req else '?'}: {ty if isinstance(ty, str) else '|'.join(ty)}")
-    desc = " ".join(str(t.get("description") or "").split())
-    lines.append(f"{t['name']}({', '.join(args)})" + (f" - {desc}" if desc else ""))
-  return "\n".join(lines)
+_WIRE_FILENAME = "<progagent.tool_wire>"
+ERROR_MIME = "application/vnd.progagent.error+json"
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,10 +117,30 @@ class _Connection:
           self._drop()
 
 
+class DirectConnection:
+  """A connection without a socket: requests go to `handler` (a ToolHandler) in this process.
+
+  Arguments and answers pass through JSON, as on the socket, so values are the same (tuples become
+  lists, keys strings).
+  """
+
+  def __init__(self, handler: "ToolHandler"):
+    self.handler = handler
+    self._ids = itertools.count(1)
+    self.calls = 0
+
+  def request(self, name: str, arguments: dict) -> dict:
+    rid = next(self._ids)
+    req = json.loads(json.dumps({"id": rid, "name": name, "arguments": arguments}))
+    msg = json.loads(json.dumps(self.handler.handle(req), default=str))
+    self.calls += 1
+    return msg
+
+
 class _Tool:
   """One tool as a callable: keyword arguments in, native Python value out."""
 
-  def __init__(self, conn: _Connection, spec: dict):
+  def __init__(self, conn: Any, spec: dict):
     self._conn = conn
     self.name = spec["name"]
     self.spec = spec
@@ -322,7 +160,7 @@ class _Tool:
       raise TypeError(f"tools[{self.name!r}]: arguments must be JSON-serialisable ({e})") from None
     msg = self._conn.request(self.name, kwargs)
     if "error" in msg:
-      raise ToolError(self.name, str(msg["error"]))
+      raise ToolError(str(msg["error"]), self.name)
     return decode_result(msg["result"], self.name)
 
   def __repr__(self) -> str:
@@ -332,7 +170,7 @@ class _Tool:
 class ToolProxy(Mapping):
   """`tools` inside a program: a read-only mapping name -> callable tool; also `tools.name(...)`."""
 
-  def __init__(self, conn: _Connection, tool_list: list[dict]):
+  def __init__(self, conn: Any, tool_list: list[dict]):
     self._conn = conn
     self._tools = {t["name"]: _Tool(conn, t) for t in tool_list}
 
@@ -365,10 +203,6 @@ class ToolProxy(Mapping):
     return self._conn.calls
 
 
-_STDIN_MESSAGE = ("{fn}() is not available: programs run without anyone to answer; put the value "
-                  "in the program (or read it from a file or a tool) instead")
-
-
 def install(namespace: dict, socket_path: str, tool_list: list[dict], kernel: Any = None) -> ToolProxy:
   """Kernel side: binds `tools` and `ToolError` in `namespace`; makes input()/getpass fail readably.
 
@@ -383,20 +217,27 @@ def install(namespace: dict, socket_path: str, tool_list: list[dict], kernel: An
   proxy = ToolProxy(_Connection(socket_path), tool_list)
   namespace["tools"] = proxy
   namespace["ToolError"] = ToolError
+  _KERNEL_STATE.update(namespace=namespace, sources=[])
   if kernel is not None:
-    def _no_input(prompt=""):
-      __tracebackhide__ = True
-      from IPython.core.error import StdinNotImplementedError
-      raise StdinNotImplementedError(_STDIN_MESSAGE.format(fn="input"))
-
-    def _no_getpass(prompt="", stream=None, **unused):
-      __tracebackhide__ = True
-      from IPython.core.error import StdinNotImplementedError
-      raise StdinNotImplementedError(_STDIN_MESSAGE.format(fn="getpass"))
-
-    kernel.raw_input = _no_input
-    kernel.getpass = _no_getpass
+    kernel.raw_input = tool_wire.no_input
+    kernel.getpass = tool_wire.no_getpass
   return proxy
+
+
+_KERNEL_STATE: dict = {}
+
+
+def run_cell(code: str) -> None:
+  """Kernel side: runs one program by tool_wire.run_program, writing to the kernel's stdout.
+
+  The error line (or None) is published as display data of type ERROR_MIME, {"error": ...}, after
+  the output, which the host reads (progagent.runtime); nothing is displayed otherwise.
+  """
+  out = tool_wire.real_stdout()
+  error = tool_wire.run_program(code, _KERNEL_STATE["namespace"], out.write, _KERNEL_STATE["sources"])
+  out.flush()
+  from IPython.display import publish_display_data
+  publish_display_data({ERROR_MIME: {"error": error}})
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,40 +346,20 @@ def as_backend(obj: Any) -> Any:
                   "call_tool(name, arguments) or step({'name', 'arguments'})")
 
 
-class ToolServer:
-  """Host side: serves `backend` to the kernel over a Unix-domain socket at `socket_path`.
+class ToolHandler:
+  """Answers tool requests from `backend`, one at a time (a lock), in the order they arrive.
 
-  Calls are executed one at a time (a lock), in the order they arrive; `calls` counts the answered
-  ones. Names the backend does not list are refused without reaching it. A backend exception is
-  answered as {"error": "Type: message"}, which the kernel raises as ToolError.
+  `calls` counts the answered ones. Names the backend does not list are refused without reaching it.
+  A backend exception is answered as {"error": "Type: message"}, which the program raises as
+  ToolError.
   """
 
-  def __init__(self, backend: Any, socket_path: str):
+  def __init__(self, backend: Any):
     self.backend = backend
     self.tool_list = [dict(t) for t in backend.tools()]
     self._names = {t["name"] for t in self.tool_list}
-    self.socket_path = socket_path
     self.calls = 0
     self._lock = threading.Lock()
-    self._closed = False
-    self._conns: set[socket.socket] = set()
-    if os.path.exists(socket_path):
-      os.unlink(socket_path)
-    self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    self._listener.bind(socket_path)
-    self._listener.listen(8)
-    self._thread = threading.Thread(target=self._accept_loop, name="progagent-tools", daemon=True)
-    self._thread.start()
-
-  def _accept_loop(self) -> None:
-    while not self._closed:
-      try:
-        conn, _ = self._listener.accept()
-      except OSError:
-        return
-      self._conns.add(conn)
-      threading.Thread(target=self._serve, args=(conn,), name="progagent-tools-conn",
-                       daemon=True).start()
 
   def handle(self, request: Mapping) -> dict:
     """One request {"id", "name", "arguments"} -> answer {"id", "result"|"error"}."""
@@ -559,25 +380,119 @@ class ToolServer:
         self.calls += 1
     return {"id": rid, "result": wire}
 
+
+class ToolServer(ToolHandler):
+  """Host side: serves `backend` to the kernel over a Unix-domain socket at `socket_path`.
+
+  Bounded against a hostile program (README, "Security"): at most `max_connections` served at once
+  (one host thread each; a connection past the cap gets one error line and is closed, and refusals
+  are paced to 200 per second); a request line longer than `max_request_bytes` gets an error line
+  naming the limit and its connection is closed (the line is never held whole); requests are paced
+  to `max_rate` per second on average (token bucket of `max_rate` requests; a faster program waits).
+
+  Args:
+    backend: the tool backend (see `as_backend`).
+    socket_path: where to listen (a folder the sandboxed program cannot modify).
+    max_connections, max_request_bytes, max_rate: the limits above (class defaults).
+  """
+
+  MAX_CONNECTIONS = 8
+  MAX_REQUEST_BYTES = 8 * 1024 ** 2
+  MAX_RATE = 1000.0
+
+  def __init__(self, backend: Any, socket_path: str, *, max_connections: int | None = None,
+               max_request_bytes: int | None = None, max_rate: float | None = None):
+    super().__init__(backend)
+    self.socket_path = socket_path
+    self.max_connections = int(max_connections or self.MAX_CONNECTIONS)
+    self.max_request_bytes = int(max_request_bytes or self.MAX_REQUEST_BYTES)
+    self.max_rate = float(max_rate or self.MAX_RATE)
+    self.refused = 0
+    self._closed = False
+    self._conns: set[socket.socket] = set()
+    self._conns_lock = threading.Lock()
+    self._tokens = self.max_rate
+    self._stamp = time.monotonic()
+    self._rate_lock = threading.Lock()
+    if os.path.lexists(socket_path):
+      os.unlink(socket_path)
+    self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    self._listener.bind(socket_path)
+    os.chmod(socket_path, 0o666)  # the sandbox user connects; the folder is read-only to it
+    self._listener.listen(8)
+    self._thread = threading.Thread(target=self._accept_loop, name="progagent-tools", daemon=True)
+    self._thread.start()
+
+  def _accept_loop(self) -> None:
+    while not self._closed:
+      try:
+        conn, _ = self._listener.accept()
+      except OSError:
+        return
+      with self._conns_lock:
+        full = len(self._conns) >= self.max_connections
+        if not full:
+          self._conns.add(conn)
+      if full:
+        self.refused += 1
+        try:
+          conn.settimeout(0.1)
+          conn.sendall((json.dumps({"id": None, "error": f"too many connections to the tool server "
+                                    f"(at most {self.max_connections}, ToolServer.MAX_CONNECTIONS)"})
+                        + "\n").encode())
+        except OSError:
+          pass
+        conn.close()
+        time.sleep(0.005)
+        continue
+      threading.Thread(target=self._serve, args=(conn,), name="progagent-tools-conn",
+                       daemon=True).start()
+
+  def _pace(self) -> None:
+    with self._rate_lock:
+      now = time.monotonic()
+      self._tokens = min(self.max_rate, self._tokens + (now - self._stamp) * self.max_rate)
+      self._stamp = now
+      self._tokens -= 1.0
+      wait = -self._tokens / self.max_rate if self._tokens < 0 else 0.0
+    if wait > 0:
+      time.sleep(wait)
+
   def _serve(self, conn: socket.socket) -> None:
     f = conn.makefile("rb")
     try:
-      for line in f:
+      while not self._closed:
+        line = f.readline(self.max_request_bytes + 1)
+        if not line:
+          break
+        if len(line) > self.max_request_bytes and not line.endswith(b"\n"):
+          del line
+          out = {"id": None, "error": f"request too large (over {self.max_request_bytes} bytes, "
+                 "ToolServer.MAX_REQUEST_BYTES); connection closed"}
+          conn.sendall((json.dumps(out) + "\n").encode("utf-8"))
+          break
+        self._pace()
         try:
           req = json.loads(line)
           if not isinstance(req, Mapping):
             raise ValueError("not an object")
         except ValueError as e:
-          out = {"id": None, "error": f"malformed request ({e})"}
+          out = {"id": None, "error": f"malformed request ({str(e)[:200]})"}
         else:
           out = self.handle(req)
+        del line
         conn.sendall((json.dumps(out, default=str) + "\n").encode("utf-8"))
     except OSError:
       pass
     finally:
-      self._conns.discard(conn)
+      with self._conns_lock:
+        self._conns.discard(conn)
       try:
         f.close()
+        conn.shutdown(socket.SHUT_RDWR)
+      except OSError:
+        pass
+      try:
         conn.close()
       except OSError:
         pass
@@ -592,7 +507,9 @@ class ToolServer:
     except OSError:
       pass
     self._listener.close()
-    for c in list(self._conns):
+    with self._conns_lock:
+      conns = list(self._conns)
+    for c in conns:
       try:
         c.shutdown(socket.SHUT_RDWR)
       except OSError:

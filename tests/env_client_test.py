@@ -1,6 +1,6 @@
 """Tests for common/env_server.py + common/env_client.py: start errors, env exceptions, the replay env.
 
-The TRAJECT-Bench replay environment (phgpo.env.ReplayEnv) served from its own sandboxed process must
+The TRAJECT-Bench replay environment (phgpo.replay_env.ReplayEnv) served from its own sandboxed process must
 answer exactly as the same environment called in-process.
 """
 
@@ -22,7 +22,7 @@ PROBE = EnvSpec("common.envs.probe_env:ProbeEnv")
 
 def _replay_spec():
   try:
-    from common.envs.replay_env import replay_env_spec
+    from phgpo.replay_env import replay_env_spec
     return replay_env_spec(domains=["Finance"], max_steps=10)
   except FileNotFoundError:
     return None
@@ -109,7 +109,7 @@ class ReplayEnvServedTest(absltest.TestCase):
           break
 
   def test_slots_serve_concurrent_trajectories_from_one_process(self):
-    from common.envs.replay_env import make_replay_env
+    from phgpo.replay_env import make_replay_env
     remote = self.pool.workers[1]
     ids = remote.query("task_list")[:3]
     slots = [remote.slot(k) for k in range(3)]
@@ -131,7 +131,7 @@ class ReplayEnvServedTest(absltest.TestCase):
       return json.dumps(calls[req.turn]) if req.turn < len(calls) else "final answer"
 
     tok = ByteTokenizer()
-    from common.envs.replay_env import match_reward
+    from phgpo.replay_env import match_reward
     d = RolloutDriver(self.pool, ScriptedPolicy(script, tok), tok, reward_fn=match_reward,
                       config=RolloutConfig(group_size=2, max_turns=12, max_context_tokens=1_000_000,
                                            max_observation_chars=100_000))

@@ -590,7 +590,7 @@ class ShardingTest(parameterized.TestCase):
     template_mask = jnp.asarray(rng.random((n, tm)) < 0.7)
 
     @jax.jit
-    def templates(state, key, tools):  # the call recommended for phgpo/train.py's `decide`
+    def templates(state, key, tools):  # the call phgpo/objective.py's `decide` makes
       row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0], dtype=jnp.int32), -1)
       return sampling.sample_templates(key, ph.arg_rows(state, tools, tau_min=HP["tau_min"]),
                                        ph.take_rows(template_mask, tools), row_of)

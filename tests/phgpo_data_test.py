@@ -3,6 +3,8 @@ import json
 import os
 import pathlib
 import random
+import subprocess
+import sys
 import tempfile
 from unittest import mock
 
@@ -215,11 +217,39 @@ class FindDataTest(absltest.TestCase):
       with self.assertRaises(FileNotFoundError) as cm:
         data.find_traject_bench()
     msg = str(cm.exception)
+    self.assertIn(f"shared data folder: {missing} (no such folder)", msg)  # the missing-data path ran
+    self.assertIn("To fix: download", msg)
     self.assertIn("https://github.com/PengfeiHePower/TRAJECT-Bench", msg)
     self.assertIn("sequential/<Domain>/traj_query.json", msg)
     self.assertIn("public_data/tools/", msg)
     self.assertIn(str(missing), msg)
     self.assertIn("TRAJECT_BENCH_DIR", msg)
+
+  def test_launcher_without_data_says_what_to_download(self):
+    # The main job's command with the shared folder hidden (as on a fresh checkout without ../shared), a
+    # wrong --data_dir and no $TRAJECT_BENCH_DIR: it stops before training with the download instructions.
+    missing = pathlib.Path(self.create_tempdir().full_path) / "no-shared-data"
+    workdir = self.create_tempdir().full_path
+    launcher = ("import pathlib, runpy, sys\n"
+                "from phgpo import data\n"
+                f"data._default_shared_dir = lambda: pathlib.Path({str(missing)!r})\n"
+                "sys.argv = ['experiments.train'] + sys.argv[1:]\n"
+                "runpy.run_module('experiments.train', run_name='__main__', alter_sys=True)\n")
+    env = {k: v for k, v in os.environ.items() if k != data.ENV_VAR}
+    out = subprocess.run(
+        [sys.executable, "-c", launcher, "--config=configs/phgpo_traject.py:smoke", f"--workdir={workdir}",
+         "--data_dir=/nonexistent/traject"],
+        cwd=data.repo_root(), env=env, capture_output=True, text=True, timeout=600)
+    self.assertNotEqual(out.returncode, 0, out.stdout)
+    err = out.stderr
+    self.assertIn("FileNotFoundError: TRAJECT-Bench data not found", err)
+    self.assertIn(f"shared data folder: {missing} (no such folder)", err)
+    self.assertIn("given path: /nonexistent/traject (no such folder)", err)
+    self.assertIn("https://github.com/PengfeiHePower/TRAJECT-Bench", err)
+    self.assertIn("public_data/sequential/<Domain>/traj_query.json", err)
+    self.assertIn(f"to {missing}/", err)
+    self.assertIn("TRAJECT_BENCH_DIR", err)
+    self.assertFalse(os.path.exists(os.path.join(workdir, "seed0")), os.listdir(workdir))
 
   def test_given_path_then_env(self):
     toy = _write_toy(pathlib.Path(self.create_tempdir().full_path))

@@ -11,7 +11,11 @@ import numpy as np
 from absl.testing import absltest
 
 from configs import phgpo_traject
+from phgpo import classifier_rollout
+from phgpo import evaluation
 from phgpo import pheromone as pher_lib
+from phgpo import problem as problem_lib
+from phgpo import steps
 from phgpo import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,9 +34,9 @@ class PhGPOTrainTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.config = _smoke_config()
-    cls.problem = train.prepare_problem(cls.config)
-    cls.policy = train.make_policy(cls.config, cls.problem)
-    cls.compiled = train.Compiled(cls.config, cls.policy, cls.problem)
+    cls.problem = problem_lib.prepare_problem(cls.config)
+    cls.policy = problem_lib.make_policy(cls.config, cls.problem)
+    cls.compiled = steps.Compiled(cls.config, cls.policy, cls.problem)
 
   def test_problem_shapes(self):
     p = self.problem
@@ -50,7 +54,7 @@ class PhGPOTrainTest(absltest.TestCase):
     # Forcing every gold action replays the gold trajectory: match ratio exactly 1.
     p = self.problem
     task_idx = p.train_idx[:6]
-    envs = train.make_envs(self.config, p, len(task_idx))
+    envs = classifier_rollout.make_envs(self.config, p, len(task_idx))
     try:
       rb = self._rollout(envs, task_idx, p_tf=1.0)
     finally:
@@ -62,22 +66,24 @@ class PhGPOTrainTest(absltest.TestCase):
   def _rollout(self, envs, task_idx, p_tf=0.0):
     p = self.problem
     params = self.policy.init(jax.random.key(0))
-    pher = train.init_pheromone(self.config, p)
-    return train.rollout(self.compiled, params, pher, p, envs, task_idx, jax.random.key(1), beta=0.7, w=0.5,
-                         temperature=0.7, p_tf=p_tf, tf_rng=np.random.default_rng(0),
-                         reward_kind="match_ratio")
+    pher = steps.init_pheromone(self.config, p)
+    return classifier_rollout.rollout(self.compiled, params, pher, p, envs, task_idx, jax.random.key(1),
+                                      beta=0.7, w=0.5, temperature=0.7, p_tf=p_tf,
+                                      tf_rng=np.random.default_rng(0), reward_kind="match_ratio")
 
   def test_sandboxed_equals_in_process(self):
     task_idx = self.problem.train_idx[:8]
     c = _smoke_config()
     c.env.sandboxed = False
-    local = train.make_envs(c, self.problem, len(task_idx))
-    remote = train.make_envs(self.config, self.problem, len(task_idx))
-    self.assertTrue(remote.sandboxed)
+    local = classifier_rollout.make_envs(c, self.problem, len(task_idx))
+    remote = classifier_rollout.make_envs(self.config, self.problem, len(task_idx))
+    self.assertFalse(remote.pool.in_process)
+    self.assertTrue(local.pool.in_process)
     try:
       a, b = self._rollout(local, task_idx), self._rollout(remote, task_idx)
     finally:
       remote.close()
+      local.close()
     for f in ("tools", "templates", "status", "length", "reward"):
       np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
     self.assertEqual(a.end_reason, b.end_reason)
@@ -85,8 +91,8 @@ class PhGPOTrainTest(absltest.TestCase):
   def test_killed_worker_ends_its_episodes_and_is_replaced(self):
     import psutil  # pylint: disable=g-import-not-at-top
     task_idx = self.problem.train_idx[:4]
-    envs = train.make_envs(self.config, self.problem, len(task_idx))
-    victim = envs._clients[0]
+    envs = classifier_rollout.make_envs(self.config, self.problem, len(task_idx))
+    victim = envs.pool.workers[0]
     step_many = envs.step_many
     calls = []
 
@@ -106,7 +112,7 @@ class PhGPOTrainTest(absltest.TestCase):
       self.assertEqual([rb.reward[i] for i in (1, 3)], [1.0, 1.0])
       rb2 = self._rollout(envs, task_idx, p_tf=1.0)   # the pool is whole again
       np.testing.assert_array_equal(rb2.reward, np.ones(4, np.float32))
-      self.assertIsNot(envs._clients[0], victim)
+      self.assertIsNot(envs.pool.workers[0], victim)
     finally:
       envs.close()
     me = psutil.Process()
@@ -122,7 +128,8 @@ class PhGPOTrainTest(absltest.TestCase):
                  stop_after=1)
     resumed = train.run_rl(c, p, comp, d2, seed=0, init_params=params, beta_max=0.7, w_max=0.5,
                            progress=False)
-    self.assertEqual(int(resumed["step"]), c.rl.steps)
+    self.assertIsInstance(resumed, steps.TrainState)
+    self.assertEqual(int(resumed.step), c.rl.steps)
     for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     rows1 = [json.loads(l) for l in open(os.path.join(d1, "metrics.jsonl"))]
@@ -134,7 +141,7 @@ class PhGPOTrainTest(absltest.TestCase):
     st = train.run_rl(c, p, self.compiled, self.create_tempdir().full_path, seed=1,
                       init_params=self.policy.init(jax.random.key(0)), beta_max=0.7, w_max=0.5,
                       progress=False)
-    pher = st["pheromone"]
+    pher = st.pheromone
     self.assertGreater(int(pher.num_updates), 0)
     for table in (pher_lib.effective_tau(pher, tau_min=c.pheromone.tau_min),
                   pher_lib.effective_tau_arg(pher, tau_min=c.pheromone.tau_min)):
@@ -145,7 +152,7 @@ class PhGPOTrainTest(absltest.TestCase):
   def test_comparison_writes_table_and_artifacts(self):
     d = self.create_tempdir().full_path
     lines = []
-    results = train.run_comparison(self.config, d, progress=False, log=lines.append)
+    results = train.run(self.config, d, progress=False, log=lines.append)
     self.assertEqual(set(results[0]), {"warmup", "grpo", "phgpo"})
     for r in results[0].values():
       self.assertBetween(r["match_ratio"], 0.0, 1.0)
@@ -156,7 +163,7 @@ class PhGPOTrainTest(absltest.TestCase):
     self.assertTrue(os.path.getsize(os.path.join(d, "learning_curves.png")) > 1000)
     self.assertTrue(os.listdir(os.path.join(d, "seed_0", "phgpo", "tb")))
     # Running again skips the finished runs and reproduces the table.
-    again = train.run_comparison(self.config, d, progress=False, log=lines.append)
+    again = train.run(self.config, d, progress=False, log=lines.append)
     self.assertEqual(again, results)
 
 
@@ -183,15 +190,12 @@ class LauncherTest(absltest.TestCase):
     self.assertIn("pheromone.rho: 0.05 -> 0.3", out.stderr)
     self.assertIn("Use a new --workdir", out.stderr)
 
-  def test_missing_data_says_what_to_download(self):
+  def test_unknown_domain_is_named(self):
+    # (The missing-data path itself: tests/phgpo_data_test.py, which hides the shared folder.)
     out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
                     "--data_dir=/nonexistent/traject", "--config.data.domains=NoSuchDomain")
     self.assertNotEqual(out.returncode, 0)
     self.assertIn("NoSuchDomain", out.stderr)
-
-
-if __name__ == "__main__":
-  absltest.main()
 
 
 class LMPolicyTrainTest(absltest.TestCase):
@@ -205,25 +209,29 @@ class LMPolicyTrainTest(absltest.TestCase):
     c.rl.steps = 2
     c.curriculum.steps = 1
     c.env.sandboxed = False
-    problem = train.prepare_problem(c)
-    policy = train.make_policy(c, problem)
+    problem = problem_lib.prepare_problem(c)
+    policy = problem_lib.make_policy(c, problem)
     self.assertTrue(policy.uses_observations)
-    compiled = train.Compiled(c, policy, problem)
+    compiled = steps.Compiled(c, policy, problem)
     d = self.create_tempdir().full_path
     warm = train.run_warmup(c, problem, compiled, os.path.join(d, "w"), seed=0, progress=False)
-    st = train.run_rl(c, problem, compiled, os.path.join(d, "r"), seed=0, init_params=warm["params"],
+    st = train.run_rl(c, problem, compiled, os.path.join(d, "r"), seed=0, init_params=warm.params,
                       beta_max=0.7, w_max=0.5, progress=False)
-    self.assertEqual(int(st["step"]), 2)
+    self.assertEqual(int(st.step), 2)
     rows = [json.loads(l) for l in open(os.path.join(d, "r", "metrics.jsonl"))]
     self.assertTrue(all(np.isfinite(r["rl/loss"]) for r in rows))
     # Only the LoRA adapters and the tool head moved; the base weights are the checkpoint's.
     base = policy.lm.base_params()
     moved = jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))),
-                         st["params"]["lm"]["embed"], base["embed"])
+                         st.params["lm"]["embed"], base["embed"])
     self.assertFalse(any(jax.tree.leaves(moved)))
-    head_moved = np.any(np.asarray(st["params"]["tool_head"]["kernel"])
-                        != np.asarray(warm["params"]["tool_head"]["kernel"]))
+    head_moved = np.any(np.asarray(st.params["tool_head"]["kernel"])
+                        != np.asarray(warm.params["tool_head"]["kernel"]))
     self.assertTrue(head_moved)
-    res = train.evaluate(c, compiled, st["params"], st["pheromone"], problem, beta=0.7, w=0.5,
+    res = evaluation.evaluate(c, compiled, st.params, st.pheromone, problem, beta=0.7, w=0.5,
                          task_idx=problem.eval_idx[:3])
     self.assertBetween(res["match_ratio"], 0.0, 1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,4 +1,6 @@
-"""Tests for progagent/runtime.py, progagent/tool_proxy.py and progagent/mcp_runtime_server.py.
+"""Tests for progagent/runtime.py, kernel_launch.py, tool_proxy.py and mcp_runtime_server.py.
+
+The decoding and truncation rules (common/tool_wire.py) are tested in tests/tool_wire_test.py.
 
 Kernel starts cost about a second each on the project machines, so one kernel (`RuntimeTest`) is
 shared by most checks; the episode-lifecycle checks (isolation, leftover processes, restart) and the
@@ -13,10 +15,12 @@ import shutil
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import psutil
 from absl.testing import absltest, parameterized
 
+from progagent import kernel_launch
 from progagent import runtime as rt_lib
 from progagent import tool_proxy as tp
 
@@ -60,118 +64,6 @@ def _workspace(test):
   return d
 
 
-class DecodeTest(parameterized.TestCase):
-  """The result -> value rule and the error rule, on wire dicts and SDK objects (no kernel)."""
-
-  @parameterized.named_parameters(
-      ("structured", {"content": [{"type": "text", "text": "{}"}], "structuredContent": {"a": 1}},
-       {"a": 1}),
-      ("wrapped_result", {"content": [], "structuredContent": {"result": [1, 2]}}, [1, 2]),
-      ("json_text", _text('[1, {"b": null}]'), [1, {"b": None}]),
-      ("python_repr", _text("{'a': (1, 2), 'b': None}"), {"a": (1, 2), "b": None}),
-      ("raw_text", _text("hello world"), "hello world"),
-      ("number_text", _text("42"), 42),
-      ("leading_zero_text_stays_text", _text("007"), "007"),
-      ("empty", {"content": []}, None),
-      ("two_items", {"content": [{"type": "text", "text": "1"}, {"type": "text", "text": "x"}]},
-       [1, "x"]),
-      ("record_with_error_field_is_data", _text('{"id": 5, "error": "disk full", "host": "a"}'),
-       {"id": 5, "error": "disk full", "host": "a"}),
-      ("error_word_later_is_data", _text("no Error: here"), "no Error: here"),
-      ("null_error_is_data", _text('{"error": null}'), {"error": None}),
-  )
-  def test_value(self, wire, expected):
-    self.assertIsNone(tp.error_message(wire))
-    self.assertEqual(tp.decode_result(wire, "t"), expected)
-
-  @parameterized.named_parameters(
-      ("is_error_true", _text("permission denied", isError=True), "permission denied"),
-      ("is_error_structured_only", {"content": [], "structuredContent": {"error": "bad"},
-                                    "isError": True}, "bad"),
-      ("error_prefix", _text("Error: no such row"), "Error: no such row"),
-      ("error_prefix_lowercase", _text("  error: nope"), "error: nope"),
-      ("sdk_wording", _text("Error executing tool lookup: KeyError 7"),
-       "Error executing tool lookup: KeyError 7"),
-      ("exception_prefix", _text("ValueError: id must be positive"), "ValueError: id must be positive"),
-      ("traceback", _text("Traceback (most recent call last):\n  ...\nKeyError: 7"),
-       "Traceback (most recent call last):\n  ...\nKeyError: 7"),
-      ("json_error_object", _text('{"error": "table x does not exist"}'), "table x does not exist"),
-      ("json_error_with_code", _text('{"error": {"message": "not found"}, "code": 404}'), "not found"),
-      ("structured_error_object", {"content": [], "structuredContent": {"error": "quota",
-                                                                         "message": "try later"}},
-       "quota: try later"),
-  )
-  def test_error(self, wire, message):
-    self.assertEqual(tp.error_message(wire), message)
-    with self.assertRaises(tp.ToolError) as cm:
-      tp.decode_result(wire, "lookup")
-    self.assertEqual(cm.exception.message, message)
-    self.assertEqual(cm.exception.tool, "lookup")
-    self.assertIn(message, str(cm.exception))
-
-  def test_sdk_result_object(self):
-    import mcp_types as types
-    ok = types.CallToolResult(content=[types.TextContent(type="text", text='{"x": 1}')],
-                              structured_content={"x": 1})
-    self.assertEqual(tp.decode_result(tp.to_wire(ok)), {"x": 1})
-    err = types.CallToolResult(content=[types.TextContent(type="text", text="boom")], is_error=True)
-    with self.assertRaisesRegex(tp.ToolError, "boom"):
-      tp.decode_result(tp.to_wire(err))
-    silent = types.CallToolResult(content=[types.TextContent(type="text", text="Error: gone")])
-    with self.assertRaisesRegex(tp.ToolError, "Error: gone"):
-      tp.decode_result(tp.to_wire(silent))
-
-  def test_step_result(self):
-    from common.env_client import StepResult
-    self.assertEqual(tp.to_wire(StepResult("[1]", "ok", False, {})),
-                     {"content": [{"type": "text", "text": "[1]"}]})
-    self.assertTrue(tp.to_wire(StepResult("no such tool", "invalid", False, {}))["isError"])
-
-  def test_bad_result_type(self):
-    with self.assertRaisesRegex(TypeError, "CallToolResult"):
-      tp.to_wire(3.5)
-    with self.assertRaisesRegex(TypeError, "wire form"):
-      tp.to_wire({"value": 1})
-
-  def test_describe_tools(self):
-    s = tp.describe_tools([{"name": "add", "description": "Adds.", "inputSchema": {
-        "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-        "required": ["a"]}}])
-    self.assertEqual(s, "add(a: number, b?: number) - Adds.")
-
-
-class OutputBufferTest(parameterized.TestCase):
-  """Streaming head+tail truncation equals cutting the whole string, in characters."""
-
-  @parameterized.product(
-      total=[0, 5, 10, 11, 37, 200], max_chars=[0, 1, 10, 11], mode=["head_tail", "head"],
-      chunk=[1, 3, 1000])
-  def test_matches_reference(self, total, max_chars, mode, chunk):
-    s = "".join(chr(0x4E00 + (i * 7919) % 20000) if i % 3 else "é" for i in range(total))
-    buf = rt_lib.OutputBuffer(max_chars, mode)
-    for i in range(0, len(s), chunk):
-      buf.write(s[i:i + chunk])
-    head_n = max_chars if mode == "head" else (max_chars + 1) // 2
-    tail_n = max_chars - head_n
-    out = buf.getvalue()
-    if total <= max_chars:
-      self.assertEqual(out, s)
-      self.assertEqual(buf.cut, 0)
-    else:
-      self.assertEqual(buf.cut, total - max_chars)
-      head, rest = out[:head_n], out[head_n:]
-      self.assertEqual(head, s[:head_n])
-      self.assertTrue(rest.startswith(f"\n[... {total - max_chars} characters cut"), rest)
-      self.assertEqual(rest[rest.index("...]\n") + 5:], s[len(s) - tail_n:] if tail_n else "")
-    out.encode("utf-8")  # no character split into invalid pieces
-
-  def test_bad_config(self):
-    with self.assertRaisesRegex(ValueError, "truncation"):
-      rt_lib.OutputBuffer(10, "tail")
-    with self.assertRaisesRegex(ValueError, ">= 0"):
-      rt_lib.OutputBuffer(-1)
-
-
 class StripMountsTest(absltest.TestCase):
 
   def test_project_packages_not_mounted(self):
@@ -180,13 +72,48 @@ class StripMountsTest(absltest.TestCase):
       self.skipTest("bubblewrap not installed")
     sb = Sandbox(SandboxConfig(cgroup="none"), workspace=_workspace(self))
     self.addCleanup(sb.close)
-    argv = rt_lib._strip_project_mounts(sb.command(["/bin/true"]))
+    argv = kernel_launch.strip_project_mounts(sb.command(["/bin/true"]))
     binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind", "--bind")]
     self.assertIn(sys.prefix, binds)
     for b in binds:
       if b.startswith(ROOT + os.sep):
         self.assertTrue(b.startswith(sys.prefix), b)
     self.assertEqual(argv[-1], "/bin/true")
+
+
+class ToolServerLimitsTest(absltest.TestCase):
+  """The host side of the tool socket is bounded: connections, request size, rate (issue 9)."""
+
+  def setUp(self):
+    super().setUp()
+    d = tempfile.mkdtemp(prefix="pa-ts-")
+    self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+    self.path = os.path.join(d, "tools.sock")
+
+  def _conn(self):
+    import socket
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(self.path)
+    self.addCleanup(s.close)
+    return s, s.makefile("rb")
+
+  def test_limits(self):
+    server = tp.ToolServer(tp.demo_backend(), self.path, max_connections=2, max_request_bytes=1000,
+                           max_rate=100)
+    self.addCleanup(server.close)
+    (a, fa), (b, fb) = self._conn(), self._conn()
+    time.sleep(0.2)
+    c, fc = self._conn()
+    self.assertIn("too many connections", fc.readline().decode())
+    b.sendall(b'{"id": 1, "name": "echo", "arguments": {"x": "' + b"y" * 2000 + b'"}}\n')
+    self.assertIn("ToolServer.MAX_REQUEST_BYTES", fb.readline().decode())
+    self.assertEqual(fb.readline(), b"")  # closed
+    t0 = time.monotonic()
+    for i in range(150):  # 100 in the bucket, then 100 per second
+      a.sendall(json.dumps({"id": i, "name": "add", "arguments": {"a": i, "b": 1}}).encode() + b"\n")
+      self.assertEqual(json.loads(fa.readline())["id"], i)
+    self.assertGreater(time.monotonic() - t0, 0.4)
 
 
 @absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
@@ -263,7 +190,7 @@ class RuntimeTest(parameterized.TestCase):
   def test_input_fails_at_once(self):
     t0 = time.monotonic()
     r = self.rt.run("print('before')\ninput('x?')")
-    self.assertLess(time.monotonic() - t0, 5.0)
+    self.assertLess(time.monotonic() - t0, 5.0 * kernel_launch.wait_scale())  # a wait that scales with load
     self.assertEqual(r.output.splitlines()[0], "before")
     self.assertTrue(r.error.startswith("StdinNotImplementedError: input() is not available"), r.error)
     self.assertIn("input() is not available", r.output)
@@ -275,7 +202,7 @@ class RuntimeTest(parameterized.TestCase):
     self.run_ok("loop_kept = 'yes'")
     t0 = time.monotonic()
     r = self.rt.run("n = 0\nwhile True:\n  n += 1", timeout_s=1.0)
-    self.assertLess(time.monotonic() - t0, 8.0)
+    self.assertLess(time.monotonic() - t0, 8.0 * kernel_launch.wait_scale())
     self.assertTrue(r.timed_out)
     self.assertFalse(r.restarted)
     self.assertTrue(r.error.startswith("TimeoutError"), r.error)
@@ -422,6 +349,38 @@ class EpisodeTest(absltest.TestCase):
   def test_bad_arguments(self):
     with self.assertRaisesRegex(TypeError, "not a tool backend"):
       rt_lib.ProgramRuntime(object(), workspace_dir=_workspace(self))
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class StartTest(parameterized.TestCase):
+  """Start-up: waits that scale with the load, and failures that say what happened."""
+
+  def test_wait_scale(self):
+    with mock.patch.dict(os.environ, {"PROGAGENT_WAIT_SCALE": "3"}), \
+         mock.patch.object(os, "getloadavg", return_value=(8.0, 0.0, 0.0)), \
+         mock.patch.object(os, "cpu_count", return_value=2):
+      self.assertEqual(kernel_launch.wait_scale(), 12.0)
+    with mock.patch.object(os, "getloadavg", return_value=(0.5, 0.0, 0.0)):
+      self.assertEqual(kernel_launch.wait_scale(), 1.0)
+    with mock.patch.dict(os.environ, {"PROGAGENT_WAIT_SCALE": "0"}):
+      with self.assertRaisesRegex(ValueError, "PROGAGENT_WAIT_SCALE"):
+        kernel_launch.wait_scale()
+    with mock.patch.dict(os.environ, {"PROGAGENT_START_TIMEOUT_S": "300"}):
+      self.assertEqual(kernel_launch.default_start_timeout_s(), 300.0)
+
+  @parameterized.named_parameters(
+      ("raised", "raise ValueError('prelude boom')", "prelude raised ValueError: prelude boom"),
+      ("died", "import os\nos._exit(7)", "prelude killed the kernel (exit code"),
+  )
+  def test_prelude_failure_is_named(self, code, message):
+    before = {p.pid for p in _descendants()}
+    with mock.patch.object(kernel_launch, "_prelude_code", return_value=code):
+      with self.assertRaises(rt_lib.RuntimeStartError) as cm:
+        rt_lib.ProgramRuntime(_backend(), workspace_dir=_workspace(self))
+    self.assertIn(message, str(cm.exception))
+    self.assertNotIn("None", str(cm.exception).splitlines()[0])
+    time.sleep(0.2)
+    self.assertEqual({p.pid for p in _descendants()} - before, set())
 
 
 @absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")

@@ -14,8 +14,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from common import env_server
+from common import tool_wire
 from progagent import audit
 from progagent import harness
+from progagent import ptc_env
 from progagent import tasks as tasks_lib
 from progagent.task_env import ProgTaskEnv, split_instance_id
 from progagent.tasks import base
@@ -188,11 +190,11 @@ class EnvSurfaceTest(absltest.TestCase):
     self.assertEqual(json.loads(res["content"][0]["text"]), res["structuredContent"])
     res = self.env.call_tool("list_orders", {"status": "pending"})
     self.assertNotIn("structuredContent", res)   # a list: decode the text
-    self.assertIsInstance(oracle.mcp_to_native(res), list)
+    self.assertIsInstance(tool_wire.decode_result(res), list)
     res = self.env.call_tool("get_order", {"order_id": 1})
     self.assertTrue(res["isError"])
-    with self.assertRaisesRegex(oracle.ToolError, "no order with id 1"):
-      oracle.mcp_to_native(res)
+    with self.assertRaisesRegex(tool_wire.ToolError, "no order with id 1"):
+      tool_wire.decode_result(res, "get_order")
 
   def test_submit_ends_the_episode_with_reward(self):
     n = self.env.task.expected(self.env._ctx)   # pylint: disable=protected-access
@@ -256,6 +258,93 @@ class EnvSurfaceTest(absltest.TestCase):
     self.assertFalse(any(t.name == "dtc-oracle" and t.is_alive() for t in threading.enumerate()))
 
 
+class ProgEnvTest(absltest.TestCase):
+  """progagent.ptc_env.ProgEnv: the mode's tools, statuses, the end of an episode, its reward."""
+
+  TASK = "retail/pending_over_500"
+
+  def env(self, **kw):
+    env = ptc_env.ProgEnv(runtime=kw.pop("runtime", "inprocess"), cache_dir=_CACHE, **kw)
+    self.addCleanup(env.close)
+    return env
+
+  @staticmethod
+  def program(code):
+    return {"name": ptc_env.PROGRAM_TOOL, "arguments": {"code": code}}
+
+  def test_ptc_episode(self):
+    env = self.env(mode="ptc")
+    self.assertEqual(env.tools(), [])  # the tools depend on the task's domain: listed after reset
+    self.assertEqual(env.reset(self.TASK, 0), tasks_lib.get_task(self.TASK).prompt)
+    (tool,) = env.tools()
+    self.assertEqual(tool["name"], "programmatic_tool_call")
+    self.assertEqual(tool["inputSchema"]["required"], ["code"])
+    self.assertIn("list_orders(", tool["description"])
+    r = env.step({"name": "list_orders", "arguments": {"status": "pending"}})
+    self.assertEqual((r.status, r.done), ("invalid", False))
+    self.assertIn("from a program", r.observation)
+    r = env.step({"name": ptc_env.PROGRAM_TOOL, "arguments": {}})
+    self.assertEqual(r.status, "invalid")
+    self.assertIn("string argument 'code'", r.observation)
+    r = env.step(self.program("rows = tools['list_orders'](status='pending')\nlen(rows) > 0"))
+    self.assertEqual((r.observation, r.status, r.done), ("True\n", "ok", False))
+    self.assertEqual((r.info["program_tool_calls"], r.info["tool_calls"], r.info["programs"]), (1, 1, 1))
+    r = env.step(self.program("tools['get_order'](order_id=1)"))
+    self.assertEqual(r.status, "failed")
+    self.assertTrue(r.observation.endswith("ToolError: tool 'get_order' failed: Error: no order with id 1\n"))
+    self.assertEqual(r.info["program_error"], "ToolError: tool 'get_order' failed: Error: no order with id 1")
+    r = env.step(self.program(env.task.ptc[0].replace("orders = ", "orders2 = ").replace("in orders", "in orders2")))
+    self.assertEqual((r.status, r.done, r.info["reward"]), ("ok", True, 1.0))
+    self.assertEqual(env.verify(), 1)
+    r = env.step(self.program("print(1)"))
+    self.assertEqual((r.status, r.done, r.info["reward"]), ("invalid", True, 1.0))
+    self.assertEqual(env.episode_counts(), {"tool_calls": 4, "tool_errors": 1, "programs": 3, "program_errors": 1})
+
+  def test_dtc_and_hybrid(self):
+    dtc = self.env(mode="dtc")
+    dtc.reset(self.TASK, 0)
+    self.assertNotIn(ptc_env.PROGRAM_TOOL, [t["name"] for t in dtc.tools()])
+    self.assertEqual(dtc.step(self.program("print(1)")).status, "invalid")
+    r = dtc.step({"name": "submit_answer", "arguments": {"answer": -1}})
+    self.assertEqual((r.status, r.done, r.info["reward"]), ("ok", True, 0.0))
+    hyb = self.env(mode="hybrid")
+    hyb.reset(self.TASK, 0)
+    self.assertEqual(hyb.step({"name": "list_orders", "arguments": {"status": "pending"}}).status, "ok")
+    self.assertEqual(hyb.step(self.program("print(len(tools['list_orders'](status='pending')) > 0)")).observation,
+                     "True\n")
+    self.assertEqual(hyb.episode_counts()["tool_calls"], 2)
+
+  def test_reset_to_another_domain_and_external_env(self):
+    env = self.env(mode="dtc")
+    env.reset(self.TASK, 0)
+    env.reset("hr/" + tasks_lib.task_ids("hr")[0].split("/")[1], 0)
+    self.assertIn("list_employees", [t["name"] for t in env.tools()])
+    inner = ProgTaskEnv(self.TASK, cache_dir=_CACHE)
+    self.addCleanup(inner.close)
+    outer = ptc_env.ProgEnv(inner, mode="ptc", runtime="inprocess")
+    outer.reset(self.TASK, 0)
+    outer.step(self.program("x = 1"))
+    outer.close()
+    self.assertEqual(inner.reset(self.TASK, 0), tasks_lib.get_task(self.TASK).prompt)  # not closed by outer
+
+  @absltest.skipUnless(shutil.which("bwrap"), "bubblewrap not installed")
+  def test_kernel_runtime_stops_with_the_episode(self):
+    import psutil
+    kids = lambda: {p.pid for p in psutil.Process().children(recursive=True)
+                    if p.status() != psutil.STATUS_ZOMBIE}
+    before = kids()
+    env = self.env(mode="ptc", runtime="kernel")
+    env.reset(self.TASK, 0)
+    r = env.step(self.program("import os\nos.path.isdir('/workspace')"))
+    self.assertEqual((r.observation, r.status), ("True\n", "ok"))
+    self.assertGreater(len(kids() - before), 0)
+    env.reset(self.TASK, 0)           # a new episode stops the old kernel
+    self.assertEqual(kids() - before, set())
+    env.step(self.program("pass"))
+    env.close()
+    self.assertEqual(kids() - before, set())
+
+
 class AnswerTest(absltest.TestCase):
 
   def test_answer_rules(self):
@@ -283,15 +372,11 @@ class AnswerTest(absltest.TestCase):
     for kind, ans in (("int", 4), ("number", 0.0), ("set", [1, 2]), ("set", []), ("text", "x")):
       self.assertFalse(base.answer_matches(kind, base.perturb(kind, ans), ans), (kind, ans))
 
-  def test_mcp_to_native_rules(self):
-    text = lambda t, **kw: {"content": [{"type": "text", "text": t}], **kw}
-    self.assertEqual(oracle.mcp_to_native(text('{"a": 1}', structuredContent={"a": 2})), {"a": 2})
-    self.assertEqual(oracle.mcp_to_native(text("[1, 2]")), [1, 2])
-    self.assertEqual(oracle.mcp_to_native(text("plain words")), "plain words")
-    with self.assertRaisesRegex(oracle.ToolError, "boom"):
-      oracle.mcp_to_native(text("boom", isError=True))
-    with self.assertRaisesRegex(oracle.ToolError, "Error: no such row"):
-      oracle.mcp_to_native(text("Error: no such row"))   # a server that omits isError
+  def test_one_tool_error_class(self):
+    # the class tool implementations raise is the one programs catch (common.tool_wire.ToolError)
+    self.assertIs(base.ToolError, tool_wire.ToolError)
+    self.assertIs(oracle.ToolError, tool_wire.ToolError)
+    self.assertEqual(str(base.ToolError("no order with id 7")), "no order with id 7")
 
 
 if __name__ == "__main__":

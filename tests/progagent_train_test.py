@@ -1,10 +1,15 @@
-"""Tests of progagent.train: the token format, the rollout driver's masks, and the smoke run (SFT then GSPO)."""
+"""Tests of ProgAgent training: SFT data in the native chat format, rollouts through the common driver and
+their masks, the shared tiny-checkpoint resolver, and the smoke run (SFT then GSPO) with resume."""
 
 import json
 import math
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 
 from absl.testing import absltest
 import jax
@@ -14,13 +19,20 @@ import psutil
 
 from common import checkpoint as ckpt_lib
 from common import metric_writer
+from common import rollout as rollout_lib
+from common.lm import checkpoints as lm_checkpoints
 from configs import progagent_smoke
 from progagent import harness
+from progagent import rollouts
+from progagent import sft_data
 from progagent import tasks as tasks_lib
 from progagent import train
+from progagent import updates
+from progagent.task_env import ProgTaskEnv
 
 _CACHE = None
 TASK = "retail/pending_over_500"
+PTC_TOOL = "programmatic_tool_call"
 
 
 def setUpModule():
@@ -38,20 +50,28 @@ def smoke_config():
   return c
 
 
+def program_message(code: str) -> dict:
+  return {"role": "assistant", "content": "",
+          "tool_calls": [{"type": "function", "function": {"name": PTC_TOOL, "arguments": {"code": code}}}]}
+
+
 class Scripted:
-  """A sampler answering call k with texts[k] for every row (optionally without the end-of-turn token)."""
+  """A driver Policy answering call k with messages[k] (assistant messages or plain text) for every request,
+  in the chat template's native format; calls in `cut` lose their end-of-turn token."""
 
-  def __init__(self, codec, texts, *, end=()):
-    self.codec, self.texts, self.no_end, self.k = codec, list(texts), set(end), 0
-    self.contexts = []
+  def __init__(self, chat, messages, *, cut=()):
+    self.chat, self.messages, self.cut, self.k = chat, list(messages), set(cut), 0
+    self.requests = []
 
-  def __call__(self, contexts, max_new, key):
-    del key
-    self.contexts.append([list(c) for c in contexts])
-    text = self.texts[self.k]
-    ids = self.codec.tok.encode(text) if self.k in self.no_end else self.codec.response(text)
+  def __call__(self, requests):
+    self.requests.append(list(requests))
+    m = self.messages[min(self.k, len(self.messages) - 1)]
+    ids = self.chat.assistant_ids(m if isinstance(m, dict) else {"role": "assistant", "content": m})
+    if self.k in self.cut:
+      ids = ids[:-1]
     self.k += 1
-    return [(ids[:m], [-0.5] * len(ids[:m])) for m in max_new]
+    return [rollout_lib.PolicyOutput(ids[:r.max_new_tokens], [-0.5] * len(ids[:r.max_new_tokens]))
+            for r in requests]
 
 
 def _policy_segments(t):
@@ -69,51 +89,106 @@ def _policy_segments(t):
   return runs
 
 
+class ResolverTest(absltest.TestCase):
+
+  def test_tiny_written_once_keyed_by_corpus_and_errors_named(self):
+    d = self.create_tempdir().full_path
+    a = lm_checkpoints.resolve_checkpoint("tiny:qwen2", corpus=["alpha beta"], cache_dir=d, vocab_size=300)
+    self.assertTrue(os.path.isfile(os.path.join(a, "config.json")))
+    mtime = os.path.getmtime(os.path.join(a, "config.json"))
+    self.assertEqual(lm_checkpoints.resolve_checkpoint("tiny:qwen2", corpus=["alpha beta"], cache_dir=d,
+                                                       vocab_size=300), a)
+    self.assertEqual(os.path.getmtime(os.path.join(a, "config.json")), mtime)
+    b = lm_checkpoints.resolve_checkpoint("tiny:qwen2", corpus=["gamma"], cache_dir=d, vocab_size=300)
+    self.assertNotEqual(a, b)
+    self.assertEqual(lm_checkpoints.resolve_checkpoint(a), a)           # a local folder is returned as is
+    self.assertEqual([p for p in os.listdir(d) if p.startswith(".tiny-")], [])   # no half-written folder left
+    with self.assertRaisesRegex(ValueError, "policy.lm_checkpoint is empty"):
+      lm_checkpoints.resolve_checkpoint("", config_key="policy.lm_checkpoint")
+    with self.assertRaisesRegex(ValueError, "no config.json"):
+      lm_checkpoints.resolve_checkpoint(d)
+    with self.assertRaisesRegex(ValueError, "unknown tiny family"):
+      lm_checkpoints.resolve_checkpoint("tiny:gpt2", cache_dir=d)
+
+
 class FormatAndRolloutTest(absltest.TestCase):
-  """Token format and the rollout driver, with scripted samplers (no model compile)."""
+  """SFT data and rollouts through the common driver, with scripted policies (no model compile)."""
 
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
     cls.config = smoke_config()
     cls.policy = train.load_policy(cls.config, train.select_tasks(cls.config.tasks))
-    cls.codec = cls.policy.codec
-    cls.tok = cls.codec.tok.tok
+    cls.chat = cls.policy.chat
+    cls.tok = cls.chat.tokenizer if hasattr(cls.chat, "tokenizer") else cls.chat.tok
 
-  def _settings(self, mode="ptc", runtime="inprocess", **kw):
-    return train.RolloutSettings(mode=mode, runtime=runtime, **kw)
+  def _decode(self, ids):
+    return self.tok.decode(list(ids), skip_special_tokens=False)
 
-  def test_trajectory_text_equals_chat_template(self):
-    env_msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "do it"},
-                {"role": "assistant", "content": "```python\nprint(1)\n```"}, {"role": "user", "content": "1"},
-                {"role": "assistant", "content": "Done."}, {"role": "user", "content": "(ignored)"}]
-    t = train.messages_to_trajectory(env_msgs, self.codec, task_id=TASK, reward=1.0)
-    text = self.tok.decode(t.token_ids().tolist(), skip_special_tokens=False)
-    want = self.tok.apply_chat_template(env_msgs[:5], tokenize=False)
-    self.assertEqual(text + "\n", want)
+  def _rollout(self, policy, *, tasks=(TASK,), group_size=1, **overrides):
+    c = smoke_config()
+    c.gspo.rollouts_per_task = group_size
+    for k, v in overrides.items():
+      node, *path = k.split(".")
+      target = c if not path else c[node]
+      target[path[-1] if path else node] = v
+    pool = rollouts.make_pool(c, len(tasks) * group_size)
+    try:
+      return rollouts.run_rollouts(pool, policy, self.chat, list(tasks), config=c, seed=0)
+    finally:
+      pool.close()
+
+  def test_trajectory_tokens_follow_the_chat_template(self):
+    tools = sft_data.mode_tools(TASK, "ptc")
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "do it"},
+            program_message("print(1)\n"), {"role": "tool", "name": PTC_TOOL, "content": "1"},
+            {"role": "assistant", "content": "Done."}]
+    t = sft_data.messages_to_trajectory(msgs, self.chat, tools=tools, task_id=TASK, reward=1.0)
     self.assertLen(t.turns, 2)
-    # The policy mask covers the two assistant replies and their end-of-turn tokens, nothing else.
-    got = [self.tok.decode(r, skip_special_tokens=False) for r in _policy_segments(t)]
-    self.assertEqual(got, ["```python\nprint(1)\n```<|im_end|>", "Done.<|im_end|>"])
+    self.assertEqual(t.turns[0].prompt_ids, self.chat.prompt_ids(msgs[:2], tools))
+    self.assertEqual(t.turns[1].prompt_ids, self.chat.observation_ids([msgs[3]], after=t.turns[0].response_ids))
+    text = self._decode(t.token_ids().tolist())
+    self.assertIn('<tool_call>\n{"name": "programmatic_tool_call", "arguments": {"code": "print(1)\\n"}}', text)
+    self.assertIn("<tool_response>\n1\n</tool_response>", text)
+    # The policy mask covers the two assistant replies (end-of-turn included), nothing else.
+    segs = _policy_segments(t)
+    self.assertEqual(segs, [self.chat.assistant_ids(msgs[2]), self.chat.assistant_ids(msgs[4])])
+    self.assertEqual(segs[0][-1], self.chat.end_id)
+
+  def test_sft_trajectory_equals_rollout_of_the_same_replies(self):
+    """SFT teaches exactly what the rollouts produce: the oracle conversation as SFT data and a rollout
+    replaying its replies through the driver give the same tokens and the same mask."""
+    c = self.config
+    [sft] = [t for t in sft_data.sft_examples(c, self.chat, [TASK])]
+    env = ProgTaskEnv(TASK, 0)
+    ep = harness.run_oracle(env, "ptc", seed=c.env.seed)
+    env.close()
+    replies = [m for m in ep.messages if m["role"] == "assistant"]
+    [t] = self._rollout(Scripted(self.chat, replies))
+    self.assertEqual((t.reward, t.termination), (1.0, "done"))
+    self.assertEqual(t.token_ids().tolist(), sft.token_ids().tolist())
+    np.testing.assert_array_equal(t.policy_mask(), sft.policy_mask())
 
   def test_bad_messages_raise(self):
-    with self.assertRaisesRegex(ValueError, "system, user, then assistant"):
-      train.messages_to_trajectory([{"role": "user", "content": "x"}], self.codec)
+    with self.assertRaisesRegex(ValueError, "system/user messages and then have assistant"):
+      sft_data.messages_to_trajectory([{"role": "user", "content": "x"}], self.chat, tools=[])
 
   def test_sft_examples_from_oracle_mask_assistant_only(self):
-    ex = train.sft_examples(self.config, self.policy, train.select_tasks(self.config.tasks))
+    ex = sft_data.sft_examples(self.config, self.chat, train.select_tasks(self.config.tasks))
     self.assertLen(ex, 3)
     for t in ex:
       task = tasks_lib.get_task(t.task_id)
       self.assertEqual(t.reward, 1.0)
       segs = _policy_segments(t)
-      self.assertLen(segs, 1)
-      self.assertEqual(self.tok.decode(segs[0], skip_special_tokens=False),
-                       f"```python\n{task.ptc[0]}```<|im_end|>")
-      self.assertEqual(int(t.policy_mask().sum()), len(t.turns[0].response_ids))
+      self.assertGreaterEqual(len(segs), 1)
+      parsed = self.chat.parse(self._decode(segs[0][:-1]))
+      self.assertIsNone(parsed.error)
+      self.assertEqual([c["name"] for c in parsed.tool_calls], [PTC_TOOL])
+      self.assertEqual(parsed.tool_calls[0]["arguments"]["code"].strip(), task.ptc[0].strip())
+      self.assertEqual(int(t.policy_mask().sum()), sum(len(tn.response_ids) for tn in t.turns))
 
   def test_sft_from_teacher_jsonl_keeps_score_at_least_min(self):
-    env = train.ProgTaskEnv(TASK, 0)
+    env = ProgTaskEnv(TASK, 0)
     good = harness.run_oracle(env, "ptc")
     env.close()
     path = os.path.join(self.create_tempdir().full_path, "t.jsonl")
@@ -123,95 +198,92 @@ class FormatAndRolloutTest(absltest.TestCase):
                             "messages": good.messages}) + "\n")
     c = smoke_config()
     c.sft.teacher_jsonl = path
-    self.assertLen(train.sft_examples(c, self.policy, [TASK]), 2)
+    self.assertLen(sft_data.sft_examples(c, self.chat, [TASK]), 2)
     c.sft.teacher_jsonl = path + ".missing"
     with self.assertRaisesRegex(FileNotFoundError, "progagent.teacher"):
-      train.sft_examples(c, self.policy, [TASK])
+      sft_data.sft_examples(c, self.chat, [TASK])
 
   def test_ptc_multi_turn_rollout_masks_policy_tokens_only(self):
     oracle = tasks_lib.get_task(TASK).ptc[0]
-    texts = ["Look.\n```python\nrows = tools[\"list_orders\"](status=\"pending\")\nprint(len(rows))\n```",
-             f"```python\n{oracle}```"]
-    sampler = Scripted(self.codec, texts, end={0})       # turn 1 is cut before its end-of-turn token
-    [t] = train.rollout(sampler, self.codec, [TASK], group_size=1, seed=0, key=jax.random.key(0),
-                        settings=self._settings())
-    self.assertEqual(t.reward, 1.0)
-    self.assertEqual(t.termination, "done")
+    msgs = [program_message('rows = tools["list_orders"](status="pending")\nprint(len(rows))\n'),
+            program_message(oracle)]
+    policy = Scripted(self.chat, msgs, cut={0})       # turn 1 is cut before its end-of-turn token
+    [t] = self._rollout(policy)
+    self.assertEqual((t.reward, t.termination), (1.0, "done"))
     self.assertLen(t.turns, 2)
-    st = t.final_info["stats"]
-    self.assertEqual((st["turns"], st["tool_calls"], st["errors"], st["end"]), (2, 3, 0, "done"))
     # Prompts are extended by appending: turn 2's context = turn 1's context + response + observation prompt.
-    self.assertEqual(sampler.contexts[1][0], t.turns[0].prompt_ids + t.turns[0].response_ids + t.turns[1].prompt_ids)
+    self.assertEqual(policy.requests[1][0].token_ids,
+                     t.turns[0].prompt_ids + t.turns[0].response_ids + t.turns[1].prompt_ids)
     # The missing end-of-turn token is the first token of the next prompt: a prompt token, not a policy token.
-    self.assertEqual(t.turns[1].prompt_ids[0], self.codec.end_id)
-    self.assertNotEqual(t.turns[0].response_ids[-1], self.codec.end_id)
-    obs_text = self.tok.decode(t.turns[1].prompt_ids, skip_special_tokens=False)
-    self.assertTrue(obs_text.startswith("<|im_end|>\n<|im_start|>user\n"), obs_text)
-    self.assertIn(t.turns[0].observation.strip(), obs_text)
-    mask = t.policy_mask()
-    ids = t.token_ids()
+    self.assertEqual(t.turns[1].prompt_ids[0], self.chat.end_id)
+    self.assertNotEqual(t.turns[0].response_ids[-1], self.chat.end_id)
+    self.assertIn(t.turns[0].observation.strip(), self._decode(t.turns[1].prompt_ids))
+    mask, ids = t.policy_mask(), t.token_ids()
     self.assertEqual(ids[mask].tolist(), t.turns[0].response_ids + t.turns[1].response_ids)
-    self.assertEqual(int(mask.sum()), st["action_tokens"])
-    self.assertEqual(len(ids), st["context_tokens"])
+    st = rollouts.episode_stats(t)
+    self.assertEqual((st["turns"], st["cut_responses"], st["parse_errors"]), (2, 1, 0))
+    self.assertEqual(st["action_tokens"], int(mask.sum()))
+    self.assertEqual(st["context_tokens"], len(ids))
     np.testing.assert_array_equal(t.logprobs()[mask], -0.5)
     np.testing.assert_array_equal(t.logprobs()[~mask], 0.0)
-    b = train.make_batch([t], 640, pad_id=0)
+    b = updates.make_batch([t], 1024, pad_id=0)
     np.testing.assert_array_equal(b.policy[0, :len(ids)], mask)
     self.assertFalse(b.policy[0, len(ids):].any())
 
-  def test_dtc_rollout_parse_error_then_call(self):
-    env = train.ProgTaskEnv(TASK, 0)
-    harness.run_oracle(env, "ptc")
-    answer = env.submitted_answer
-    env.close()
-    texts = ['{"name": "submit_answer", "arguments": {"answer": ', json.dumps(
-        {"name": "submit_answer", "arguments": {"answer": answer}})]
-    [t] = train.rollout(Scripted(self.codec, texts), self.codec, [TASK], group_size=1, seed=0,
-                        key=jax.random.key(0), settings=self._settings("dtc"))
-    st = t.final_info["stats"]
-    self.assertEqual((t.reward, st["turns"], st["parse_errors"], st["tool_calls"]), (1.0, 2, 1, 1))
+  def test_unreadable_call_gets_error_observation_then_call(self):
+    oracle = tasks_lib.get_task(TASK).ptc[0]
+    bad = "<tool_call>\n{\"name\": \"" + PTC_TOOL + "\", \"arguments\": {\"code\": \n</tool_call>"
+    [t] = self._rollout(Scripted(self.chat, [bad, program_message(oracle)]))
+    st = rollouts.episode_stats(t)
+    self.assertEqual((t.reward, st["turns"], st["parse_errors"]), (1.0, 2, 1))
     self.assertEqual(t.turns[0].status, "parse_error")
-    self.assertIn("Error", self.tok.decode(t.turns[1].prompt_ids))
+    self.assertIn("rror", t.turns[0].observation)
 
   def test_limits_end_episodes(self):
-    texts = ["```python\nprint('hi')\n```"] * 5
-    [t] = train.rollout(Scripted(self.codec, texts), self.codec, [TASK], group_size=1, seed=0,
-                        key=jax.random.key(0), settings=self._settings(max_turns=3))
+    loop = [program_message("print('hi')\n")]
+    [t] = self._rollout(Scripted(self.chat, loop), **{"env.max_turns": 3})
     self.assertEqual((t.termination, t.num_turns, t.reward), ("turn_limit", 3, 0.0))
-    [t] = train.rollout(Scripted(self.codec, texts), self.codec, [TASK], group_size=1, seed=0,
-                        key=jax.random.key(0), settings=self._settings(max_context_tokens=len(t.turns[0].prompt_ids) + 30))
+    room = len(t.turns[0].prompt_ids) + 30
+    [t] = self._rollout(Scripted(self.chat, loop), **{"env.max_context_tokens": room})
     self.assertEqual(t.termination, "length_limit")
-    [t] = train.rollout(Scripted(self.codec, ["All done."]), self.codec, [TASK], group_size=1, seed=0,
-                        key=jax.random.key(0), settings=self._settings())
-    self.assertEqual((t.termination, t.final_info["stats"]["end"], t.reward), ("done", "no_action", 0.0))
+    [t] = self._rollout(Scripted(self.chat, ["All done."]))
+    self.assertEqual((t.termination, t.reward), ("done", 0.0))
+
+  def test_env_error_rollouts_leave_groups_and_loss(self):
+    t_ok = self._rollout(Scripted(self.chat, ["All done."]), group_size=2)
+    t_ok[0].termination, t_ok[0].reward = "env_error", 0.0
+    t_ok[1].reward = 1.0
+    c = smoke_config()
+    b = train.gspo_step_batch(t_ok, num_groups=1, config=c, pad_id=0)
+    self.assertFalse(b.policy[0].any())
+    self.assertTrue(b.policy[1].any())
+    self.assertEqual(float(b.adv[1]), 0.0)    # a group of one valid rollout: no advantage
 
   @absltest.skipUnless(shutil.which("bwrap"), "bubblewrap not installed")
   def test_sandboxed_runtime_keeps_variables_and_leaves_no_process(self):
     oracle = tasks_lib.get_task(TASK).ptc[0]
-    texts = ["```python\nx = 41\nprint(x)\n```", f"```python\nprint(x + 1)\n{oracle}```"]
-    trajs = train.rollout(Scripted(self.codec, texts), self.codec, [TASK], group_size=2, seed=0,
-                          key=jax.random.key(0), settings=self._settings(runtime="sandboxed"))
+    msgs = [program_message("x = 41\nprint(x)\n"), program_message(f"print(x + 1)\n{oracle}")]
+    trajs = self._rollout(Scripted(self.chat, msgs), group_size=2, runtime="sandboxed")
     for t in trajs:
       self.assertEqual((t.reward, t.termination), (1.0, "done"))
-      self.assertEqual(t.turns[0].observation.strip(), "41")
-      self.assertTrue(t.turns[1].observation.startswith("42\n"), t.turns[1].observation)   # state kept
+      self.assertIn("41", t.turns[0].observation)
+      self.assertIn("42", t.turns[1].observation)   # state kept between programs
     left = [p for p in psutil.Process().children(recursive=True)
             if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     self.assertEqual(left, [])
 
   def test_config_errors(self):
-    c = smoke_config()
-    c.gspo.minibatches = 4
-    with self.assertRaisesRegex(ValueError, "minibatches=4 must divide"):
-      train.run(c, self.create_tempdir().full_path)
-    c = smoke_config()
-    c.runtime = "docker"
-    with self.assertRaisesRegex(ValueError, "config.runtime"):
-      train.run(c, self.create_tempdir().full_path)
+    for key, value, msg in (("gspo.minibatches", 4, "minibatches=4 must divide"),
+                            ("runtime", "docker", "config.runtime"), ("chat.format", "chatml", "chat.format")):
+      c = smoke_config()
+      node, *rest = key.split(".")
+      (c[node] if rest else c)[rest[0] if rest else node] = value
+      with self.assertRaisesRegex(ValueError, msg):
+        train.run(c, self.create_tempdir().full_path)
 
 
 class SmokeRunTest(absltest.TestCase):
-  """The smoke config end to end (SFT then GSPO), then kill-and-resume against it."""
+  """The smoke config end to end (SFT then GSPO), then stop-and-resume against it."""
 
   @classmethod
   def setUpClass(cls):
@@ -224,8 +296,7 @@ class SmokeRunTest(absltest.TestCase):
     c = self.config
     sft = metric_writer.read_jsonl(os.path.join(self.workdir, "sft", "metrics.jsonl"))
     self.assertEqual([r["step"] for r in sft], list(range(c.sft.epochs + 1)))
-    losses = [r["sft/loss"] for r in sft[1:]]
-    self.assertTrue(all(math.isfinite(x) for x in losses))
+    self.assertTrue(all(math.isfinite(r["sft/loss"]) for r in sft[1:]))
     # SFT lowers the loss on its own data (token-mean cross-entropy over the assistant tokens).
     self.assertLess(sft[-1]["sft/eval_loss"], 0.5 * sft[0]["sft/eval_loss"])
     gspo = metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))
@@ -236,7 +307,10 @@ class SmokeRunTest(absltest.TestCase):
       # The first update of a step sees the sampling-time parameters: sequence ratio 1.
       self.assertAlmostEqual(r["gspo/ratio_first"], 1.0, delta=1e-5)
       self.assertEqual(r["gspo/updates"], c.gspo.minibatches * c.gspo.epochs)
-    self.assertEqual(int(self.result["gspo"]["step"]), 2)
+      self.assertAlmostEqual(sum(r[f"rollout/term_{k}"] for k in ("done", "turn_limit", "length_limit",
+                                                                  "env_error")), 1.0)
+    self.assertIsInstance(self.result["gspo"], updates.TrainState)
+    self.assertEqual(int(self.result["gspo"].step), 2)
     rolls = metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl"))
     self.assertLen(rolls, 2 * c.gspo.tasks_per_step * c.gspo.rollouts_per_task)
     self.assertTrue(all(r["reward"] in (0.0, 1.0) for r in rolls))
@@ -248,44 +322,81 @@ class SmokeRunTest(absltest.TestCase):
     state = self.result["sft"]
     policy = train.load_policy(self.config, train.select_tasks(self.config.tasks))
     g, e = self.config.gspo, self.config.env
-    sampler = train.Sampler(state["params"], policy.model, rows=g.tasks_per_step * g.rollouts_per_task,
-                            max_new_tokens=e.max_response_tokens, temperature=1.0,
-                            stop_tokens=(policy.codec.end_id,), pad_id=0, buckets=(640,))
-    trajs = train.rollout(sampler, policy.codec, list(self.config.tasks[:2]), group_size=3, seed=5,
-                          key=jax.random.key(3),
-                          settings=train.RolloutSettings("ptc", "inprocess", 0, 2, 640, 72, 400, 1))
+    sampler = rollouts.LMSampler(state.params, policy.model, key=jax.random.key(3),
+                                 rows=g.tasks_per_step * g.rollouts_per_task, max_new_tokens=e.max_response_tokens,
+                                 temperature=1.0, stop_tokens=tuple(policy.chat.stop_ids), pad_id=0, buckets=(1024,))
+    pool = rollouts.make_pool(self.config, 6)
+    try:
+      trajs = rollouts.run_rollouts(pool, sampler, policy.chat, list(self.config.tasks[:2]), config=self.config,
+                                    seed=5)
+    finally:
+      pool.close()
     self.assertLen(trajs, 6)
-    batch = train.make_batch(trajs, 640, pad_id=0)
+    batch = updates.make_batch(trajs, 1024, pad_id=0)
     for i, t in enumerate(trajs):
       resp = sum((tn.response_ids for tn in t.turns), [])
       self.assertEqual(batch.tokens[i][batch.policy[i]].tolist(), resp)
-      self.assertEqual(int(batch.policy[i].sum()), sum(len(tn.response_ids) for tn in t.turns))
-    lp = np.concatenate([np.asarray(train.score(state["params"], jnp.asarray(batch.tokens[i:i + 3]),
-                                                jnp.asarray(batch.attn[i:i + 3]), model=policy.model,
-                                                temperature=1.0))
+    lp = np.concatenate([np.asarray(updates.score(state.params, jnp.asarray(batch.tokens[i:i + 3]),
+                                                  jnp.asarray(batch.attn[i:i + 3]), model=policy.model,
+                                                  temperature=1.0))
                          for i in (0, 3)])
     np.testing.assert_allclose(lp[batch.policy], batch.logp_old[batch.policy], atol=2e-4, rtol=0)
     # GSPO's first update with logp_old from the same parameters: ratio exactly where it should be.
     adv = np.asarray([1.0, -1.0, 0.5, -0.5, 0.0, 0.0], np.float32)
     b = batch._replace(logp_old=np.where(batch.policy, lp, 0.0).astype(np.float32), adv=adv)
-    optim = train.optim_settings(self.config, self.config.gspo.learning_rate)   # the run's compiled update
-    opt_state = train._commit(train.make_optimizer(optim, state["params"]).init(state["params"]))
+    optim = updates.optim_settings(self.config, self.config.gspo.learning_rate)   # the run's compiled update
+    opt_state = updates.commit(updates.make_optimizer(optim, state.params).init(state.params))
     sub = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[:3]), b)
-    p1, o1, m = train.gspo_update(state["params"], opt_state, sub, model=policy.model, optim=optim, micro=1,
-                                  temperature=1.0, clip_low=3e-4, clip_high=4e-4)
+    kw = dict(model=policy.model, optim=optim, temperature=1.0, clip_low=3e-4, clip_high=4e-4)
+    p1, o1, m = updates.gspo_update(state.params, opt_state, sub, micro=1, **kw)
     self.assertAlmostEqual(float(m["ratio_mean"]), 1.0, delta=1e-5)
     self.assertGreater(float(m["grad_norm"]), 0.0)
     # Micro-batches (one row each) give the same update as one pass.
-    p3, _, m3 = train.gspo_update(state["params"], opt_state, sub, model=policy.model, optim=optim, micro=3,
-                                  temperature=1.0, clip_low=3e-4, clip_high=4e-4)
+    p3, _, m3 = updates.gspo_update(state.params, opt_state, sub, micro=3, **kw)
     for k in ("loss", "ratio_mean", "ratio_max", "grad_norm", "approx_kl"):
       self.assertAlmostEqual(float(m3[k]), float(m[k]), delta=1e-5 * max(1.0, abs(float(m[k]))), msg=k)
     for x, y in zip(jax.tree.leaves(p3), jax.tree.leaves(p1)):
       np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6, rtol=1e-5)
     # A second update on the same rows is off-policy: the ratio moved, and clipping engages.
-    _, _, m2 = train.gspo_update(p1, o1, sub, model=policy.model, optim=optim, micro=1, temperature=1.0,
-                                 clip_low=3e-4, clip_high=4e-4)
+    _, _, m2 = updates.gspo_update(p1, o1, sub, micro=1, **kw)
     self.assertGreater(abs(float(m2["ratio_mean"]) - 1.0) + float(m2["clip_fraction"]), 1e-6)
+
+  def test_sigkill_mid_gspo_then_resume_matches_uninterrupted_run(self):
+    """A run killed (SIGKILL) after GSPO step 1 wrote its rows but before any GSPO checkpoint (checkpoint.every
+    = 10 > steps): the rerun drops those rows, starts GSPO again, and ends as the uninterrupted run."""
+    workdir = os.path.join(_CACHE, "run_killed")
+    shutil.copytree(os.path.join(self.workdir, "sft"), os.path.join(workdir, "sft"))  # SFT done: skipped
+    code = ("import sys; from configs import progagent_smoke; from progagent import train\n"
+            "c = progagent_smoke.get_config(); c.model.cache_dir = sys.argv[1]; train.run(c, sys.argv[2])\n")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-c", code, self.config.model.cache_dir, workdir], cwd=repo,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = os.path.join(workdir, "gspo", "metrics.jsonl")
+    try:
+      deadline = time.monotonic() + 900
+      while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(metrics) and metric_writer.read_jsonl(metrics):
+          break
+        time.sleep(0.05)
+      self.assertIsNone(proc.poll(), "the run ended before it could be killed")
+      os.kill(proc.pid, signal.SIGKILL)
+    finally:
+      proc.kill()
+      proc.wait()
+    ck = ckpt_lib.Checkpointer(os.path.join(workdir, "gspo", "checkpoints"))
+    latest = ck.latest_step()
+    ck.close()
+    if latest is not None:
+      self.skipTest(f"the kill came after the final checkpoint (step {latest}); nothing to resume")
+    self.assertEqual([r["step"] for r in metric_writer.read_jsonl(metrics)], [1])   # a row past the checkpoint
+    resumed = train.run(self.config, workdir)
+    for x, y in zip(jax.tree.leaves(self.result["gspo"]), jax.tree.leaves(resumed["gspo"])):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]
+    self.assertEqual(strip(metric_writer.read_jsonl(metrics)),
+                     strip(metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
+    self.assertEqual(metric_writer.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
+                     metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
 
   def test_resume_gives_identical_state(self):
     workdir = os.path.join(_CACHE, "run_b")

@@ -1,4 +1,4 @@
-"""Tests for phgpo/env.py: ReplayEnv answers from the recording, and every other case explicitly."""
+"""Tests for phgpo/replay_env.py: ReplayEnv answers from the recording, and every other case explicitly."""
 import json
 import pickle
 
@@ -6,7 +6,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from phgpo import data
-from phgpo import env as env_lib
+from phgpo import replay_env as env_lib
 
 
 def _call(name, args, status="success", output=None):

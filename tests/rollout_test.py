@@ -2,6 +2,9 @@
 
 One sandboxed run (W = 2, G = 2) holds every case: normal episodes, an unreadable call, a worker
 killed mid-episode, a worker that stops answering (SIGSTOP), the turn limit and the length limit.
+A local pool (WorkerPool.local: ToolEnv objects in this process) runs the same driver: several calls
+in one reply, reasoning never run, cut responses (continued or ending the episode), an env exception,
+a missing call with stop_on_no_call off, and the termination codes / masks that collate gives.
 """
 
 import json
@@ -14,9 +17,9 @@ import psutil
 from absl.testing import absltest
 
 from common import trajectory as traj_lib
-from common.env_client import EnvSpec
-from common.rollout import (ChatFormat, PolicyOutput, RolloutConfig, RolloutDriver, ScriptedPolicy,
-                            WorkerPool)
+from common.env_client import EnvSpec, InProcessEnv
+from common.envs.base import StepResult, ToolEnv
+from common.rollout import PolicyOutput, RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
 from common.trajectory import ByteTokenizer
 
 PROBE = EnvSpec("common.envs.probe_env:ProbeEnv", {"max_steps": 50}, start_timeout_s=60)
@@ -173,7 +176,9 @@ class RolloutDriverTest(absltest.TestCase):
     self.assertFalse(mask[: spans[0][0]].any())
     self.assertFalse(mask[spans[0][1]: spans[1][0]].any())
     # The prompt of turn 1 is the rendered observation of turn 0, nothing else.
-    self.assertEqual(self.tok.decode(t.turns[1].prompt_ids), ChatFormat().observation("a"))
+    self.assertEqual(self.tok.decode(t.turns[1].prompt_ids),
+                     "\n<|im_start|>user\n<tool_response>\na\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    self.assertIs(t.turns[0].observation_ids, t.turns[1].prompt_ids)
     # The first prompt lists the environment's tools.
     self.assertIn('"name": "fork_bomb"', self.tok.decode(t.turns[0].prompt_ids))
 
@@ -222,6 +227,163 @@ class InProcessAndCutResponseTest(absltest.TestCase):
       d = RolloutDriver(pool, lambda reqs: [], ByteTokenizer(), config=RolloutConfig(group_size=1))
       with self.assertRaisesRegex(ValueError, "0 outputs for 1 requests"):
         d.run(["t"])
+
+
+class CountingEnv(ToolEnv):
+  """A local ToolEnv: echo(text) answers text, finish(answer) ends with reward 1, boom() raises."""
+  instances = []
+
+  def __init__(self):
+    self.closed = False
+    self.ran = []
+    CountingEnv.instances.append(self)
+
+  def tools(self):
+    return [{"name": n, "description": n, "inputSchema": {"type": "object"}} for n in ("echo", "finish", "boom")]
+
+  def reset(self, task_id, seed):
+    self.ran = []
+    return f"task {task_id} seed {seed}"
+
+  def step(self, call):
+    self.ran.append(call)
+    if call["name"] == "boom":
+      raise RuntimeError("the env broke")
+    if call["name"] == "finish":
+      return StepResult("finished", "ok", True, {"reward": 1.0, "ran": list(self.ran)})
+    return StepResult(str(call["arguments"].get("text", "")), "ok", False, {})
+
+  def close(self):
+    self.closed = True
+
+
+def _tag(name, **arguments):
+  return "<tool_call>\n" + _call(name, **arguments) + "\n</tool_call>"
+
+
+LOCAL_SCRIPTS = {
+    "multi": [_tag("echo", text="a") + "\n" + _tag("echo", text="b"), _call("finish", answer="x")],
+    "finish_first": [_tag("finish", answer="x") + _tag("echo", text="never")],
+    "think": ["<think>\n" + _tag("boom") + "\n</think>\n\n" + _tag("echo", text="t"), _call("finish", answer="x")],
+    "boom": [_call("boom")],
+    "nocall": ["The answer is 4.", _call("finish", answer="4")],
+    "cut": [_call("echo", text="c"), _call("finish", answer="x")],
+}
+
+
+class LocalPoolTest(absltest.TestCase):
+  """The driver over WorkerPool.local with a scripted policy (ByteTokenizer: the fallback format)."""
+
+  @classmethod
+  def setUpClass(cls):
+    cls.tok = ByteTokenizer()
+    CountingEnv.instances = []
+
+    def policy(reqs):
+      out = []
+      for r in reqs:
+        ids = cls.tok.encode(LOCAL_SCRIPTS[r.task_id][r.turn])
+        cut = r.task_id == "cut" and r.turn == 0
+        out.append(PolicyOutput(ids if cut else ids + [cls.tok.eos_id], [-0.25] * (len(ids) + (not cut))))
+      return out
+
+    with WorkerPool.local(CountingEnv, 2) as pool:
+      cls.worker_types = {type(w) for w in pool.workers}
+      cls.driver = RolloutDriver(pool, policy, cls.tok, config=RolloutConfig(
+          group_size=1, max_turns=4, stop_on_no_call=False, seed=7, seed_mode="task"))
+      cls.trajs = cls.driver.run(list(LOCAL_SCRIPTS))
+    cls.by_task = {t.task_id: t for t in cls.trajs}
+    cls.envs = list(CountingEnv.instances)
+
+  def test_workers_are_local_envs_closed_with_the_pool(self):
+    self.assertEqual(self.worker_types, {InProcessEnv})
+    self.assertLen(self.envs, 2)
+    self.assertTrue(all(e.closed for e in self.envs))
+
+  def test_terminations_and_seeds(self):
+    self.assertEqual({t.task_id: t.termination for t in self.trajs},
+                     {"multi": "done", "finish_first": "done", "think": "done", "boom": "env_error",
+                      "nocall": "done", "cut": "done"})
+    self.assertEqual([t.seed for t in self.trajs], [7 + g for g in range(len(LOCAL_SCRIPTS))])
+    self.assertEqual(self.driver.stats["terminations"]["env_error"], 1)
+
+  def test_several_calls_in_one_reply_run_in_order(self):
+    t = self.by_task["multi"]
+    self.assertEqual([c["arguments"]["text"] for c in t.turns[0].calls], ["a", "b"])
+    self.assertEqual(t.turns[0].observation, "a\n\nb")
+    self.assertEqual(self.tok.decode(t.turns[1].prompt_ids),
+                     "\n<|im_start|>user\n<tool_response>\na\n</tool_response>\n<tool_response>\nb\n"
+                     "</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    self.assertEqual(t.reward, 1.0)
+
+  def test_a_call_that_ends_the_episode_stops_the_rest(self):
+    t = self.by_task["finish_first"]
+    self.assertEqual((t.termination, t.num_turns, len(t.turns[0].calls)), ("done", 1, 1))
+    self.assertEqual(t.final_info["ran"], [{"name": "finish", "arguments": {"answer": "x"}}])
+
+  def test_reasoning_is_never_run(self):
+    t = self.by_task["think"]
+    self.assertEqual(t.turns[0].calls, [{"name": "echo", "arguments": {"text": "t"}}])
+    self.assertIn("boom", t.turns[0].reasoning)
+    self.assertEqual(t.reward, 1.0)
+
+  def test_env_exception_is_env_error(self):
+    t = self.by_task["boom"]
+    self.assertTrue(t.error.startswith("env_exception: RuntimeError: the env broke"), msg=t.error)
+    self.assertEqual((t.turns[-1].status, t.reward), ("env_error", 0.0))
+
+  def test_missing_call_gets_a_user_note_when_calls_are_required(self):
+    t = self.by_task["nocall"]
+    self.assertEqual(t.turns[0].status, "parse_error")
+    self.assertTrue(t.turns[0].observation.startswith("tool call error: your reply has no tool call"))
+    self.assertIn("<|im_start|>user\ntool call error:", self.tok.decode(t.turns[1].prompt_ids))
+    self.assertEqual(self.driver.stats["parse_errors"], 1)
+
+  def test_cut_response_is_marked_and_continued(self):
+    t = self.by_task["cut"]
+    self.assertEqual([x.truncated for x in t.turns], [True, False])
+    self.assertEqual(t.turns[1].prompt_ids[0], self.tok.eos_id)   # end-of-turn added as a prompt token
+    self.assertEqual(self.driver.stats["truncated_responses"], 1)
+    b = traj_lib.collate(self.trajs)
+    i = self.trajs.index(t)
+    self.assertEqual(b["response_truncated"].tolist(), [x.task_id == "cut" for x in self.trajs])
+    s, e = t.turn_spans()[0]
+    self.assertTrue(b["truncated_mask"][i, s:e].all())
+    self.assertEqual(int(b["truncated_mask"].sum()), e - s)
+    masked = traj_lib.collate(self.trajs, mask_truncated_responses=True)
+    self.assertFalse(masked["policy_mask"][i, s:e].any())
+    np.testing.assert_array_equal(masked["policy_mask"] | masked["truncated_mask"], b["policy_mask"])
+    np.testing.assert_array_equal(b["termination"], [traj_lib.TERMINATIONS.index(x.termination) for x in self.trajs])
+    self.assertEqual(traj_lib.termination_code(None), -1)
+
+  def test_cut_response_can_end_the_episode(self):
+    tok = ByteTokenizer()
+    policy = lambda reqs: [PolicyOutput(tok.encode(_call("echo", text="x")), truncated=True) for _ in reqs]
+    with WorkerPool.local(CountingEnv, 1) as pool:
+      d = RolloutDriver(pool, policy, tok, config=RolloutConfig(group_size=2, on_truncated_response="end"))
+      trajs = d.run(["a"])
+    for t in trajs:
+      self.assertEqual((t.termination, t.num_turns, t.turns[0].status), ("length_limit", 1, "truncated"))
+
+  def test_calls_beyond_the_cap_are_answered_with_an_error(self):
+    tok = ByteTokenizer()
+    script = lambda r: (_tag("echo", text="1") + _tag("echo", text="2") + _tag("echo", text="3")
+                        if r.turn == 0 else _call("finish", answer="x"))
+    with WorkerPool.local(CountingEnv, 1) as pool:
+      t, = RolloutDriver(pool, ScriptedPolicy(script, tok), tok,
+                         config=RolloutConfig(group_size=1, max_calls_per_turn=2)).run(["a"])
+    self.assertEqual([c["arguments"]["text"] for c in t.turns[0].calls], ["1", "2"])
+    self.assertIn("only 2 calls per reply are run", tok.decode(t.turns[1].prompt_ids))
+    self.assertEqual(t.termination, "done")
+
+  def test_bad_settings_are_named(self):
+    with WorkerPool.local(CountingEnv, 1) as pool:
+      with self.assertRaisesRegex(ValueError, "on_truncated_response"):
+        RolloutDriver(pool, None, ByteTokenizer(), config=RolloutConfig(on_truncated_response="drop"))
+      with self.assertRaisesRegex(ValueError, "seed_mode"):
+        RolloutDriver(pool, None, ByteTokenizer(), config=RolloutConfig(seed_mode="x"))
+    with self.assertRaisesRegex(ValueError, "exactly one of spec"):
+      WorkerPool(PROBE, 1, env_factory=CountingEnv)
 
 
 if __name__ == "__main__":

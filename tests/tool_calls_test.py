@@ -1,8 +1,12 @@
-"""Tests for common/tool_calls.py: the first complete JSON call wins, bad text never crashes."""
+"""Tests for common/tool_calls.py: the first complete JSON call wins, bad text never crashes; native
+formats (Qwen <tool_call>, Llama <|python_tag|>, fences) with reasoning removed and named errors."""
+
+import json
 
 from absl.testing import absltest, parameterized
 
-from common.tool_calls import parse_tool_call
+from common import tool_calls as tc
+from common.tool_calls import parse_response, parse_tool_call
 
 
 class ParseToolCallTest(parameterized.TestCase):
@@ -83,6 +87,108 @@ class ParseToolCallTest(parameterized.TestCase):
   def test_non_str_raises_type_error(self):
     with self.assertRaisesRegex(TypeError, "decoded text"):
       parse_tool_call(b'{"name": "a"}')
+
+
+def _qwen(name, **args):
+  return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+
+class ParseResponseTest(parameterized.TestCase):
+
+  def test_several_qwen_calls_are_all_returned(self):
+    r = parse_response("I will run two.\n" + _qwen("a", x=1) + "\n" + _qwen("b", y="z"))
+    self.assertEqual(r.kind, "call")
+    self.assertEqual(r.tool_calls, [{"name": "a", "arguments": {"x": 1}}, {"name": "b", "arguments": {"y": "z"}}])
+    self.assertEqual(r.prose, "I will run two.")
+    self.assertIsNone(r.reasoning)
+
+  def test_reasoning_is_removed_and_never_parsed(self):
+    text = ("<think>\nrun this? " + _qwen("programmatic_tool_call", code="rm_all()") +
+            ' or {"name": "evil", "arguments": {}}\n</think>\n\n' + _qwen("programmatic_tool_call", code="ok()"))
+    r = parse_response(text)
+    self.assertEqual(r.tool_calls, [{"name": "programmatic_tool_call", "arguments": {"code": "ok()"}}])
+    self.assertIn("rm_all()", r.reasoning)
+    self.assertNotIn("rm_all", r.content)
+
+  def test_reasoning_only_reply_is_plain_text(self):
+    r = parse_response("<think>\n" + _qwen("f") + "\n</think>\n\nThe answer is 42.")
+    self.assertEqual((r.kind, r.content), ("none", "The answer is 42."))
+
+  def test_close_without_open_think(self):
+    """Templates whose generation prompt opens <think> leave only </think> in the reply."""
+    r = parse_response('thinking {"name": "no"}\n</think>\n\n' + _qwen("yes"))
+    self.assertEqual(r.tool_calls, [{"name": "yes", "arguments": {}}])
+    self.assertEqual(r.reasoning, 'thinking {"name": "no"}')
+
+  def test_unclosed_think_is_a_named_error(self):
+    r = parse_response("<think>\nlet me write " + _qwen("f", code="x"))
+    self.assertEqual((r.kind, r.error_kind, r.tool_calls), ("error", "unclosed_think", []))
+    self.assertTrue(r.error.startswith("tool call error: the reasoning block <think> is never closed"))
+    self.assertIn("— write each call as <tool_call>", r.error)
+
+  @parameterized.named_parameters(
+      ("llama_python_tag", '<|python_tag|>{"name": "f", "parameters": {"a": "x;y"}}',
+       [{"name": "f", "arguments": {"a": "x;y"}}]),
+      ("llama_python_tag_two_calls", '<|python_tag|>{"name": "f", "parameters": {}}; {"name": "g", "parameters": {}}',
+       [{"name": "f", "arguments": {}}, {"name": "g", "arguments": {}}]),
+      ("llama_bare_json", '{"name": "f", "parameters": {"a": 1}}', [{"name": "f", "arguments": {"a": 1}}]),
+      ("arguments_json_string", '<tool_call>\n{"name": "f", "arguments": "{\\"a\\": 2}"}\n</tool_call>',
+       [{"name": "f", "arguments": {"a": 2}}]),
+      ("fenced_json", 'Here:\n```json\n{"name": "f", "arguments": {"a": 1}}\n```\n```\n{"name": "g"}\n```',
+       [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]),
+      ("openai_function_object", '<tool_call>{"type": "function", "function": {"name": "f", "arguments": "{}"}}'
+       '</tool_call>', [{"name": "f", "arguments": {}}]),
+      ("unclosed_last_tool_call", "<tool_call>\n" + '{"name": "f", "arguments": {}}', [{"name": "f", "arguments": {}}]),
+      ("bare_json_then_prose", 'Calling {"name": "f", "arguments": {}} then {x}', [{"name": "f", "arguments": {}}]),
+  )
+  def test_shapes_real_models_emit(self, text, calls):
+    r = parse_response(text, format="llama3")
+    self.assertEqual(r.kind, "call", msg=r.error)
+    self.assertEqual(r.tool_calls, calls)
+
+  @parameterized.named_parameters(
+      ("invalid_json_in_block", "<tool_call>\n{'name': 'f'}\n</tool_call>", "invalid_json", "not valid JSON"),
+      ("no_name", '<tool_call>{"tool": "f"}</tool_call>', "not_a_call", 'no "name"'),
+      ("bad_name", '<tool_call>{"name": 3}</tool_call>', "bad_name", "non-empty string"),
+      ("bad_arguments", '<tool_call>{"name": "f", "arguments": [1]}</tool_call>', "bad_arguments", "must be an object"),
+      ("empty_unclosed", "Let me call <tool_call>", "unclosed_tool_call", "empty and never closed"),
+      ("second_block_bad", _qwen("f") + "<tool_call>{oops}</tool_call>", "invalid_json", "number 2"),
+      ("bare_unclosed", '{"name": "f", "arguments": {', "invalid_json", "never closed"),
+      ("bad_python_tag", '<|python_tag|>{"name": "f", "parameters": {', "invalid_json", "after <|python_tag|>"),
+  )
+  def test_named_errors(self, text, kind, fragment):
+    r = parse_response(text)
+    self.assertEqual((r.kind, r.error_kind), ("error", kind))
+    self.assertIn(fragment, r.error)
+    self.assertRegex(r.error, r"^tool call error: .* — write each call as <tool_call>")
+
+  @parameterized.parameters("qwen", "llama3", "fallback")
+  def test_error_names_the_format_syntax(self, fmt):
+    r = parse_response("<tool_call>{bad}</tool_call>", format=fmt)
+    self.assertTrue(r.error.endswith(tc.CALL_SYNTAX[fmt]))
+
+  def test_plain_text_and_missing_call(self):
+    r = parse_response("  The answer is 42.  ")
+    self.assertEqual((r.kind, r.content, r.tool_calls), ("none", "The answer is 42.", []))
+    m = tc.missing_call(r, "llama3")
+    self.assertEqual((m.kind, m.error_kind), ("error", "no_tool_call"))
+    self.assertIn('"parameters"', m.error)
+
+  def test_never_crashes_on_garbage(self):
+    import random
+    rng = random.Random(1)
+    alphabet = ['{', '}', '"', ':', ',', ';', ' ', 'name', 'arguments', '<think>', '</think>', '<tool_call>',
+                '</tool_call>', '<|python_tag|>', '```json\n', '```', '\n', 'a', '1']
+    for _ in range(2000):
+      text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+      r = parse_response(text)
+      self.assertIn(r.kind, ("call", "error", "none"))
+      for c in r.tool_calls:
+        self.assertIsInstance(c["arguments"], dict)
+
+  def test_non_str_raises_type_error(self):
+    with self.assertRaisesRegex(TypeError, "decoded text"):
+      parse_response(None)
 
 
 if __name__ == "__main__":

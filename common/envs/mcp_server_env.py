@@ -28,7 +28,8 @@ import sys
 import tempfile
 from typing import Any
 
-from common.env_client import EnvError, LoopThread, McpProcess, StepResult
+from common.env_client import EnvError, LoopThread, McpProcess
+from common.envs.base import StepResult
 
 _GIT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",
             "GIT_COMMITTER_NAME": "agent", "GIT_COMMITTER_EMAIL": "agent@example.invalid",

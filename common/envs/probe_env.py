@@ -25,7 +25,7 @@ import signal
 import socket
 import time
 
-from common.env_client import StepResult
+from common.envs.base import StepResult
 
 
 def _tool(name, description, props=None, required=()):

@@ -13,13 +13,16 @@ Tools:
                          "wait1"...); the observation is the simulator's answer.
   valid_actions {}       the action strings valid now (a free action: no simulated time passes).
 Step info: score (0-100, the simulator's), score_delta, reward = max(score, 0) / 100 (the outcome
-reward in [0, 1]), moves, completed; `valid` (the valid-action list) only with
-include_valid_actions=True (it costs ~50-100 ms per step, so it is off by default).
+reward in [0, 1]), step_reward = score_delta / 100, won (score reached 100), moves, completed;
+`valid` and `admissible_actions` (the valid-action list, twice) only with include_valid_actions=True
+(it costs ~50-100 ms per step, so it is off by default).
 Done when the simulator says the task is completed or failed (score < 0), or after
 `env_step_limit` moves.
 
 Query methods (EnvClient.query): task_names(), variations(task, split), task_ids(split, tasks),
-gold_actions(task_id), valid_actions().
+gold_actions(task_id), valid_actions(), episode_info() -> {'instruction': the task description,
+'observation': the current room description, 'admissible_actions': valid_actions() or None without
+include_valid_actions} (read by the windowed rollout mode, common.windowed, after each reset).
 
 The seed is recorded but unused: a ScienceWorld variation is deterministic.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from common.env_client import StepResult
+from common.envs.base import StepResult
 
 SPLITS = ("train", "dev", "test")
 
@@ -45,7 +48,7 @@ class ScienceWorldToolEnv:
     jvm_heap_mb: Java heap cap (-Xmx) so that the JVM stays inside the sandbox's memory limit.
   """
 
-  QUERY_METHODS = ("task_names", "variations", "task_ids", "gold_actions", "valid_actions")
+  QUERY_METHODS = ("task_names", "variations", "task_ids", "gold_actions", "valid_actions", "episode_info")
 
   def __init__(self, *, simplifications: str = "", env_step_limit: int = 100,
                include_valid_actions: bool = False, jvm_heap_mb: int = 1024):
@@ -105,7 +108,8 @@ class ScienceWorldToolEnv:
     args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
     info: dict[str, Any] = {"task_id": self._task_id, "score": self._last_score,
                             "reward": max(self._last_score, 0) / 100.0, "score_delta": 0,
-                            "moves": int(self._server.getNumMoves()), "completed": False}
+                            "moves": int(self._server.getNumMoves()), "completed": False,
+                            "step_reward": 0.0, "won": self._last_score >= 100}
     if name == "valid_actions":
       acts = self.valid_actions()
       return StepResult("\n".join(acts), "ok", False, info)
@@ -126,9 +130,10 @@ class ScienceWorldToolEnv:
     moves = int(self._server.getNumMoves())
     done = completed or score < 0 or moves >= self.env_step_limit
     info.update(score=score, reward=max(score, 0) / 100.0, score_delta=score - self._last_score,
-                moves=moves, completed=completed)
+                moves=moves, completed=completed, step_reward=(score - self._last_score) / 100.0,
+                won=score >= 100)
     if self.include_valid_actions:
-      info["valid"] = self.valid_actions()
+      info["valid"] = info["admissible_actions"] = self.valid_actions()
     self._last_score = score
     self._done = done
     status = "invalid" if obs.startswith("No known action") else "ok"
@@ -175,6 +180,12 @@ class ScienceWorldToolEnv:
 
   def valid_actions(self) -> list[str]:
     return [str(a) for a in self._server.getValidActionObjectCombinations()]
+
+  def episode_info(self) -> dict[str, Any]:
+    """Instruction, current observation and (with include_valid_actions) admissible actions."""
+    return {"instruction": str(self._server.freeActionTaskDesc()).strip(),
+            "observation": str(self._server.freeActionLook()).strip(),
+            "admissible_actions": self.valid_actions() if self.include_valid_actions else None}
 
   # --- internals ---------------------------------------------------------------------------
 

@@ -53,10 +53,12 @@ class ModelConfig:
       are always float32.
     param_dtype: storage dtype of the weights (config `model.param_dtype`); loading converts to it.
     remat: activation checkpointing of each decoder layer: 'none', 'full' (save nothing), 'dots' (save
-      matmul outputs), 'dots_no_batch' (save matmuls without batch dims) (config `model.remat`).
-    lora_rank: 0 = no adapters; otherwise the rank r of every adapted projection (config `lora.rank`).
-    lora_alpha: LoRA alpha; the adapter output is scaled by alpha / r (config `lora.alpha`).
-    lora_targets: which projections get adapters, names from LORA_TARGETS (config `lora.targets`).
+      matmul outputs), 'dots_no_batch' (save matmuls without batch dims) (no experiment config sets it).
+    lora_rank: 0 = no adapters; otherwise the rank r of every adapted projection (config `model.lora_rank`,
+      PhGPO `policy.lora_rank`).
+    lora_alpha: LoRA alpha; the adapter output is scaled by alpha / r (config `model.lora_alpha`, PhGPO
+      `policy.lora_alpha`).
+    lora_targets: which projections get adapters, names from LORA_TARGETS (config `model.lora_targets`).
   """
   family: str
   vocab_size: int

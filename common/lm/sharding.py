@@ -1,6 +1,6 @@
 """Device mesh (axes data, fsdp, tensor) and logical-axis rules: how parameters, optimizer state and batches
 are laid out. The model names logical axes only (`common.lm.model.param_logical_axes`); the rules here,
-which come from the config (`mesh.shape`, `mesh.rules`), map them to mesh axes (the MaxText pattern).
+which the caller passes (ShardingConfig.mesh_shape, ShardingConfig.rules), map them to mesh axes (the MaxText pattern).
 
 Default rules:
   batch    -> (data, fsdp)     rows of every batch array
@@ -49,7 +49,7 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 @dataclasses.dataclass(frozen=True)
 class ShardingConfig:
   """mesh_shape: sizes of (data, fsdp, tensor); one entry may be -1 = all remaining devices
-  (config `mesh.shape`). rules: logical-axis rules (config `mesh.rules`)."""
+  (no experiment config sets it yet). rules: logical-axis rules."""
   mesh_shape: tuple[int, int, int] = (-1, 1, 1)
   rules: tuple[tuple[str, Any], ...] = DEFAULT_RULES
 

@@ -31,6 +31,86 @@ LLAMA_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 
+# Tool-use templates written for the tests, modelled on the behaviour of the real Qwen3 and Llama-3.1
+# templates (not their text): tools in the system turn, calls in the family's native syntax, results in
+# the tool role; Qwen3's <think> block (kept for replies after the last user message, dropped before it)
+# and the enable_thinking switch (False opens the reply with an empty think block).
+QWEN3_TOOL_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\n' }}"
+    "{%- if messages and messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}"
+    "{{- '# Tools\n\nFunctions you can call, one JSON signature per line inside <tools></tools>:\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}"
+    "{{- '\n</tools>\n\nTo call one, reply with its name and arguments as JSON inside <tool_call></tool_call>:"
+    "\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n' }}"
+    "{%- elif messages and messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- set ns = namespace(last_user=-1) %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'user' or (m.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}"
+    "{%- elif m.role == 'assistant' %}"
+    "{%- set body = m.content or '' %}{%- set thought = '' %}"
+    "{%- if m.reasoning_content is string %}{%- set thought = m.reasoning_content %}"
+    "{%- elif '</think>' in body %}"
+    "{%- set thought = body.split('</think>')[0].split('<think>')[-1] %}"
+    "{%- set body = body.split('</think>')[-1].lstrip('\n') %}"
+    "{%- endif %}"
+    "{{- '<|im_start|>assistant\n' }}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or thought) %}"
+    "{{- '<think>\n' + thought.strip('\n') + '\n</think>\n\n' }}"
+    "{%- endif %}"
+    "{{- body }}"
+    "{%- for call in m.tool_calls or [] %}"
+    "{%- set f = call.function if call.function is defined else call %}"
+    "{%- if body or not loop.first %}{{- '\n' }}{%- endif %}"
+    "{{- '<tool_call>\n{\"name\": \"' + f.name + '\", \"arguments\": ' }}"
+    "{%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}"
+    "{{- '}\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- elif m.role == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + m.content + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}")
+LLAMA31_TOOL_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- set ns = namespace(system='', rest=messages) %}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- set ns.system = messages[0].content | trim %}{%- set ns.rest = messages[1:] %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\n\n' }}"
+    "{%- if tools %}{{- 'Environment: ipython\n' }}{%- endif %}"
+    "{{- 'Knowledge cutoff: 2023-12\n\n' + ns.system + '<|eot_id|>' }}"
+    "{%- if tools %}"
+    "{%- if not ns.rest or ns.rest[0].role != 'user' %}"
+    "{{- raise_exception('tools need a first user message') }}{%- endif %}"
+    "{{- '<|start_header_id|>user<|end_header_id|>\n\nAnswer with one JSON function call "
+    "{\"name\": function name, \"parameters\": dictionary of arguments}, using these functions:\n\n' }}"
+    "{%- for t in tools %}{{- (t | tojson(indent=4)) + '\n\n' }}{%- endfor %}"
+    "{{- (ns.rest[0].content | trim) + '<|eot_id|>' }}"
+    "{%- set ns.rest = ns.rest[1:] %}"
+    "{%- endif %}"
+    "{%- for m in ns.rest %}"
+    "{%- if m.role == 'tool' or m.role == 'ipython' %}"
+    "{{- '<|start_header_id|>ipython<|end_header_id|>\n\n' + m.content + '<|eot_id|>' }}"
+    "{%- elif m.tool_calls %}"
+    "{%- if m.tool_calls | length != 1 %}{{- raise_exception('one tool call per message') }}{%- endif %}"
+    "{%- set f = m.tool_calls[0].function if m.tool_calls[0].function is defined else m.tool_calls[0] %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"' + f.name + '\", \"parameters\": '"
+    " + (f.arguments | tojson) + '}<|eot_id|>' }}"
+    "{%- else %}"
+    "{{- '<|start_header_id|>' + m.role + '<|end_header_id|>\n\n' + (m.content | trim) + '<|eot_id|>' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}")
+
 CORPUS = (
     "The agent reads the task, picks a tool, reads the observation and decides the next call.",
     "search the web for flights from Paris to Tokyo and book the cheapest one",
@@ -50,9 +130,13 @@ def _specials(family: str) -> dict[str, Any]:
               bos=None, eos="<|im_end|>", pad="<|endoftext|>", template=QWEN_TEMPLATE)
 
 
-def build_tokenizer(family: str = "qwen2", *, extra_text: Sequence[str] = (), vocab_size: int = 400):
+def build_tokenizer(family: str = "qwen2", *, extra_text: Sequence[str] = (), vocab_size: int = 400,
+                    chat_template: str | None = None):
   """A transformers PreTrainedTokenizerFast: byte-level BPE trained on CORPUS + extra_text, family-style
-  special tokens and chat template. Any text encodes (byte fallback through the 256-byte alphabet)."""
+  special tokens and chat template. Any text encodes (byte fallback through the 256-byte alphabet).
+
+  chat_template: the template to set (e.g. QWEN3_TOOL_TEMPLATE); None: the family's plain one; '': none
+  (common.chat then uses its fallback format)."""
   from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 
@@ -67,7 +151,7 @@ def build_tokenizer(family: str = "qwen2", *, extra_text: Sequence[str] = (), vo
   if sp["bos"]:
     kw["bos_token"] = sp["bos"]
   fast = transformers.PreTrainedTokenizerFast(**kw)
-  fast.chat_template = sp["template"]
+  fast.chat_template = sp["template"] if chat_template is None else (chat_template or None)
   return fast
 
 
@@ -96,7 +180,7 @@ def make_tiny_checkpoint(path: str, family: str = "qwen2", *, hidden_size: int =
                          intermediate_size: int = 64, tie_embeddings: bool | None = None,
                          rope_type: str = "default", seed: int = 0, num_shards: int = 1,
                          dtype: str = "float32", extra_text: Sequence[str] = (), tokenizer_vocab: int = 400,
-                         init_std: float = 0.1) -> ModelConfig:
+                         init_std: float = 0.1, chat_template: str | None = None) -> ModelConfig:
   """Write a tiny random checkpoint directory (config.json, tokenizer, safetensors) and return its config.
 
   Args:
@@ -111,10 +195,11 @@ def make_tiny_checkpoint(path: str, family: str = "qwen2", *, hidden_size: int =
     extra_text: more training text for the tokenizer (e.g. tool names, so they get few tokens).
     tokenizer_vocab: BPE vocabulary size; the embedding gets that many rows rounded up to 16.
     init_std: standard deviation of the random weights.
+    chat_template: the tokenizer's chat template (build_tokenizer; None: the family's plain one).
   Returns:
     The ModelConfig of the written checkpoint (as `common.lm.config.load_config(path)` would read it).
   """
-  tok = build_tokenizer(family, extra_text=extra_text, vocab_size=tokenizer_vocab)
+  tok = build_tokenizer(family, extra_text=extra_text, vocab_size=tokenizer_vocab, chat_template=chat_template)
   vocab = int(math.ceil(len(tok) / 16) * 16)
   rope = {}
   if rope_type == "linear":

@@ -59,14 +59,15 @@ class LMToolPolicy:
   Args:
     checkpoint_dir: local directory with config.json, safetensors weights and tokenizer.
     tool_names: the N tool names, in the environment's tool order (logit n is tool n).
-    lora_rank, lora_alpha, lora_targets: adapters (config `policy.lora.*`); rank 0 = full fine-tuning.
-    dtype, param_dtype: compute / storage dtype (config `policy.dtype`, `policy.param_dtype`).
-    remat: activation checkpointing policy (config `policy.remat`).
-    max_length: longest rendered state in tokens (config `policy.max_length`).
+    lora_rank, lora_alpha, lora_targets: adapters (PhGPO config `policy.lora_rank`, `policy.lora_alpha`); rank 0 = full
+      fine-tuning.
+    dtype, param_dtype: compute / storage dtype.
+    remat: activation checkpointing policy.
+    max_length: longest rendered state in tokens (PhGPO config `policy.lm_max_length`).
     length_buckets: padded lengths to use (default: powers of two >= 16, capped at max_length).
-    system_prompt: text of the system turn (config `policy.system_prompt`).
-    list_tools: also list all tool names in the system turn (config `policy.list_tools`).
-    max_obs_chars: observations are cut to this many characters (config `policy.max_obs_chars`).
+    system_prompt: text of the system turn.
+    list_tools: also list all tool names in the system turn.
+    max_obs_chars: observations are cut to this many characters.
     mesh: optional (data, fsdp, tensor) device mesh (`common.lm.sharding.make_mesh`); base weights load
       straight into their shardings and `init` places adapters and tool head on the mesh too.
     rules: logical-axis rules for `mesh` (default `common.lm.sharding.DEFAULT_RULES`).

@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import itertools
 import math
+import os
 import pathlib
 import random
 import sqlite3
+import stat
 from typing import Any, Callable, Mapping, Sequence
+
+from common import tool_wire
 
 LEVELS = (0, 1, 2, 3)
 FIXED_DOCS = 8          # documents every workspace holds at every level
@@ -34,8 +39,11 @@ DATA_FILES_PER_UNIT = 4  # data-carrying files per unit of scale (x 2**level)
 TODAY = "2024-07-01"     # the fixed "today" of every instruction
 
 
-class ToolError(Exception):
-  """A tool call failed because of its arguments or the state (status 'failed'; the agent sees the text)."""
+ToolError = tool_wire.ToolError
+"""A tool call failed because of its arguments or the state (status 'failed'; the agent sees the text).
+
+The one tool-error class (common.tool_wire): raised here with the message alone, ToolError("no order with
+id 7"); the same class is what programs catch when a tool call fails."""
 
 
 def level_factor(level: int) -> int:
@@ -154,53 +162,195 @@ class Ctx:
     return n
 
   def path(self, rel: str) -> pathlib.Path:
-    """A workspace path from an agent-given relative path; ToolError if it leaves the workspace."""
-    if not isinstance(rel, str):
-      raise ToolError("path must be a string relative to the workspace, e.g. 'docs/README.md'")
-    root = self.workspace.resolve()
-    p = (root / rel.lstrip("/")).resolve()
-    if p != root and root not in p.parents:
-      raise ToolError(f"path {rel!r} is outside the workspace; use a path relative to the workspace root")
-    return p
+    """The host path of an agent-given workspace path (for messages; never opened by name).
+
+    Raises ToolError when the path leaves the workspace (lexically: '..' past the root)."""
+    return self.workspace.joinpath(*_components(rel))
+
+  # Every access below opens the workspace root once and walks the path's components from its
+  # descriptor with O_NOFOLLOW (directories also O_DIRECTORY), so a program that swaps a component
+  # for a symbolic link, at any moment, gets a ToolError and never a host file: no link is followed,
+  # not even one that points back inside the workspace. Non-regular files (FIFOs, sockets) are
+  # refused without blocking (O_NONBLOCK). Files and folders the tools create get the workspace
+  # root's owner (the sandbox user, SandboxConfig.uid, once a sandbox has run in it), so programs
+  # can edit them.
 
   def write(self, rel: str, text: str) -> None:
-    p = self.workspace / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
+    """Creates or replaces a workspace file (parents made); ToolError as for write_file."""
+    _write_beneath(self.workspace, rel, text)
 
   def read(self, rel: str) -> str | None:
-    p = self.workspace / rel
-    return p.read_text() if p.is_file() else None
+    """A workspace file's text, or None when it is missing, not a regular file, or a link."""
+    try:
+      return _read_beneath(self.workspace, rel)
+    except ToolError:
+      return None
 
   def files(self, directory: str = "") -> list[str]:
-    base = self.workspace / directory
-    if not base.is_dir():
+    """Regular files under `directory` (relative paths, sorted; links not followed); [] if none."""
+    try:
+      return _list_beneath(self.workspace, directory)
+    except ToolError:
       return []
-    return sorted(str(p.relative_to(self.workspace)) for p in base.rglob("*") if p.is_file())
+
+
+MAX_READ_BYTES = 16 * 1024 ** 2  # read_file refuses larger files (a program can write up to the disk quota)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _components(rel: str) -> list[str]:
+  """The path's components below the workspace root ('' and '.' dropped, '..' resolved lexically).
+
+  Raises ToolError for a non-string, a NUL byte, or a path that leaves the workspace."""
+  if not isinstance(rel, str):
+    raise ToolError("path must be a string relative to the workspace, e.g. 'docs/README.md'")
+  if "\0" in rel:
+    raise ToolError(f"path {rel!r} contains a NUL character")
+  out: list[str] = []
+  for part in rel.split("/"):
+    if part in ("", "."):
+      continue
+    if part == "..":
+      if not out:
+        raise ToolError(f"path {rel!r} is outside the workspace; use a path relative to the workspace root")
+      out.pop()
+    else:
+      out.append(part)
+  return out
+
+
+def _link_error(rel: str, e: OSError) -> ToolError:
+  if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+    return ToolError(f"path {rel!r} is or goes through a symbolic link (or a non-directory); the file tools "
+                     "do not follow links")
+  if e.errno == errno.ENOENT:
+    return ToolError(f"no file {rel!r} in the workspace; use list_files to see the files")
+  if e.errno == errno.EISDIR:
+    return ToolError(f"{rel!r} is a directory")
+  if e.errno == errno.EEXIST:
+    return ToolError(f"{rel!r} exists")
+  return ToolError(f"cannot open {rel!r}: {e.strerror}")
+
+
+def _walk(root: pathlib.Path, parts: list[str], rel: str, *, create: bool = False) -> int:
+  """A descriptor of the directory root/parts[0]/.../parts[-1], no link followed (caller closes).
+
+  create: make missing directories (owned like the root)."""
+  fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+  try:
+    owner = os.fstat(fd)
+    for part in parts:
+      try:
+        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+      except FileNotFoundError:
+        if not create:
+          raise
+        try:
+          os.mkdir(part, 0o755, dir_fd=fd)
+        except FileExistsError:
+          pass
+        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        _give(nxt, owner)
+      os.close(fd)
+      fd = nxt
+    return fd
+  except OSError as e:
+    os.close(fd)
+    raise _link_error(rel, e) from None
+
+
+def _give(fd: int, owner: os.stat_result) -> None:
+  """Gives a file the workspace root's owner (when this process may and it differs)."""
+  st = os.fstat(fd)
+  if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid) and os.geteuid() == 0:
+    os.fchown(fd, owner.st_uid, owner.st_gid)
+
+
+def _open_file(root: pathlib.Path, rel: str, flags: int, *, create: bool = False) -> int:
+  """A descriptor of the regular file at `rel` beneath root; ToolError otherwise (caller closes)."""
+  parts = _components(rel)
+  if not parts:
+    raise ToolError(f"{rel!r} is the workspace directory, not a file")
+  d = _walk(root, parts[:-1], rel, create=create)
+  try:
+    fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=d)
+  except OSError as e:
+    if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
+      raise ToolError(f"{rel!r} is not a regular file") from None
+    raise _link_error(rel, e) from None
+  finally:
+    os.close(d)
+  st = os.fstat(fd)
+  if not stat.S_ISREG(st.st_mode):
+    os.close(fd)
+    raise ToolError(f"{rel!r} is not a regular file" if not stat.S_ISDIR(st.st_mode) else f"{rel!r} is a directory")
+  os.set_blocking(fd, True)
+  return fd
+
+
+def _read_beneath(root: pathlib.Path, rel: str) -> str:
+  fd = _open_file(root, rel, os.O_RDONLY)
+  with os.fdopen(fd, "rb") as f:
+    data = f.read(MAX_READ_BYTES + 1)
+  if len(data) > MAX_READ_BYTES:
+    raise ToolError(f"{rel!r} is larger than {MAX_READ_BYTES} bytes (progagent.tasks.base.MAX_READ_BYTES); "
+                    "read it from a program in pieces")
+  return data.decode("utf-8", "replace")
+
+
+def _write_beneath(root: pathlib.Path, rel: str, text: str) -> int:
+  data = text.encode()
+  try:  # a new file gets the workspace's owner; an existing one keeps its own
+    fd, created = _open_file(root, rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create=True), True
+  except ToolError as e:
+    if "exists" not in str(e):
+      raise
+    fd, created = _open_file(root, rel, os.O_WRONLY), False
+  with os.fdopen(fd, "wb") as f:
+    if created:
+      rfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+      try:
+        _give(fd, os.fstat(rfd))
+      finally:
+        os.close(rfd)
+    os.ftruncate(fd, 0)
+    f.write(data)
+  return len(data)
+
+
+def _list_beneath(root: pathlib.Path, directory: str) -> list[str]:
+  parts = _components(directory)
+  d = _walk(root, parts, directory)
+  out = []
+  try:
+    for top, _, names, dfd in os.fwalk(".", dir_fd=d):  # fwalk opens each folder with O_NOFOLLOW
+      for n in names:
+        try:
+          if stat.S_ISREG(os.stat(n, dir_fd=dfd, follow_symlinks=False).st_mode):
+            out.append("/".join(parts + [p for p in os.path.normpath(os.path.join(top, n)).split("/")]))
+        except OSError:
+          continue
+  finally:
+    os.close(d)
+  return sorted(out)
 
 
 def _list_files(ctx: Ctx, directory: str = "") -> list[str]:
-  d = ctx.path(directory or ".")
-  if not d.is_dir():
-    raise ToolError(f"no directory {directory!r} in the workspace; list_files() with no argument lists all")
-  root = ctx.workspace.resolve()
-  return sorted(str(p.relative_to(root)) for p in d.rglob("*") if p.is_file())
+  try:
+    return _list_beneath(ctx.workspace, directory or "")
+  except ToolError as e:
+    if "link" in str(e):
+      raise
+    raise ToolError(f"no directory {directory!r} in the workspace; list_files() with no argument lists "
+                    "all") from None
 
 
 def _read_file(ctx: Ctx, path: str) -> dict:
-  p = ctx.path(path)
-  if not p.is_file():
-    raise ToolError(f"no file {path!r} in the workspace; use list_files to see the files")
-  return {"path": path, "content": p.read_text()}
+  return {"path": path, "content": _read_beneath(ctx.workspace, path)}
 
 
 def _write_file(ctx: Ctx, path: str, content: str) -> dict:
-  p = ctx.path(path)
-  if p.is_dir():
-    raise ToolError(f"{path!r} is a directory")
-  p.parent.mkdir(parents=True, exist_ok=True)
-  p.write_text(content)
-  return {"path": path, "bytes": len(content.encode())}
+  return {"path": path, "bytes": _write_beneath(ctx.workspace, path, content)}
 
 
 LIST_FILES = tool("list_files", "List the workspace files (paths relative to the workspace root), optionally "

@@ -1,9 +1,10 @@
-"""Oracle machinery: tool results as Python values, and the DTC oracle derived from a task's PTC program.
+"""The DTC oracle derived from a task's PTC program.
 
 DTC oracle rule: the DTC oracle of a task is its PTC oracle program executed one tool call per turn. The
 program runs in a worker thread with a `tools` dict whose callables hand each call to the DTC loop (one JSON
 call per turn) and block until that turn's *observation text* comes back, which they decode like a client
-would: JSON -> the value, text starting with "Error:" -> `ToolError` raised in the program. So the DTC
+would (common.tool_wire.decode_result on the text: JSON -> the value, an error text such as "Error: ..." ->
+`ToolError` raised in the program, the same rule as PTC's tool proxy). So the DTC
 oracle acts only on what the DTC context shows, and it adapts to observations exactly as the program does.
 Its printed output is discarded (a DTC agent has no interpreter; its "arithmetic" is the program's).
 """
@@ -12,51 +13,17 @@ from __future__ import annotations
 
 import functools
 import io
-import json
 import queue
 import threading
-from typing import Any, Generator, Iterable, Mapping
+from typing import Generator, Iterable
 
-ERROR_PREFIX = "Error:"
+from common import tool_wire
 
-
-class ToolError(Exception):
-  """Raised inside a program when a tool call fails; the message is the environment's own text.
-
-  (The program-side exception, named as in progagent.runtime's kernel; base.ToolError is what a tool
-  implementation raises on the environment side.)"""
+ToolError = tool_wire.ToolError   # the one tool-error class (common.tool_wire); re-exported
 
 
 class OracleError(RuntimeError):
   """An oracle program raised (a bug in the task library, never the agent's fault)."""
-
-
-def mcp_to_native(result: Mapping[str, Any]) -> Any:
-  """An MCP tools/call result -> the Python value a program sees.
-
-  Rule: isError true, or a text starting with "Error:" (servers that omit isError), raises ToolError
-  with the server's text; else structuredContent when present, else the text decoded as JSON, else the
-  text itself.
-  """
-  text = "".join(c.get("text", "") for c in result.get("content") or () if c.get("type") == "text")
-  if result.get("isError") or text.startswith(ERROR_PREFIX):
-    raise ToolError(text)
-  if result.get("structuredContent") is not None:
-    return result["structuredContent"]
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError:
-    return text
-
-
-def decode_observation(text: str) -> tuple[bool, Any]:
-  """A DTC observation text -> (ok, value or error text)."""
-  if text.startswith(ERROR_PREFIX):
-    return False, text
-  try:
-    return True, json.loads(text)
-  except json.JSONDecodeError:
-    return True, text
 
 
 class _Abort(BaseException):
@@ -84,10 +51,7 @@ def dtc_oracle(programs: Iterable[str], tool_names: Iterable[str]) -> Generator[
       msg = to_prog.get()
       if msg is None:
         raise _Abort()
-      ok, value = decode_observation(msg)
-      if not ok:
-        raise ToolError(value)
-      return value
+      return tool_wire.decode_result(tool_wire.text_result(msg), name)
     return call
 
   def worker():

@@ -1,0 +1,67 @@
+"""The environment interface every rollout talks to: `ToolEnv`, `StepResult`, the step statuses.
+
+`ToolEnv` mirrors the MCP server surface (tools/list, tools/call) plus an episode reset, so that an
+environment runs unchanged in the trainer's process or behind `common.env_server` in a sandboxed process
+(`common.env_client`). Everything crossing the interface is plain data (str, dict, bool, int):
+JSON-serialisable.
+
+Statuses an environment reports (`StepResult.status`):
+  'ok'          the call ran;
+  'failed'      the call ran and failed (observation = the error text);
+  'unavailable' a known tool that cannot answer now (e.g. a replay with no recording left);
+  'invalid'     a malformed call or an unknown tool name (observation names the problem and the fix).
+The rollout driver adds its own per-turn statuses on top ('parse_error', 'no_call', 'env_error',
+'length_limit'; see common.trajectory.Turn).
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Mapping, NamedTuple
+
+STATUSES = ("ok", "failed", "unavailable", "invalid")
+
+
+class StepResult(NamedTuple):
+  """What one tool call returns.
+
+  Attributes:
+    observation: text shown to the agent.
+    status: one of STATUSES.
+    done: True when the episode has reached its horizon (no further step is accepted).
+    info: JSON-serialisable diagnostics for the trainer (never shown to the agent).
+  """
+  observation: str
+  status: str
+  done: bool
+  info: dict[str, Any]
+
+
+class ToolEnv(abc.ABC):
+  """A tool-using episode environment, MCP-shaped.
+
+  Protocol: tools() any time (an environment whose tools depend on the task lists the current episode's,
+  possibly [] before the first reset; drivers list them after reset); reset(task_id, seed) starts an
+  episode and returns the first observation;
+  step(call) until StepResult.done; close() releases resources. Also a context manager.
+  """
+
+  @abc.abstractmethod
+  def tools(self) -> list[dict[str, Any]]:
+    """The tool list, MCP `tools/list` form: [{'name', 'description', 'inputSchema'}]."""
+
+  @abc.abstractmethod
+  def reset(self, task_id: str, seed: int) -> str:
+    """Starts an episode of task `task_id`; returns the initial observation (the task's query)."""
+
+  @abc.abstractmethod
+  def step(self, call: Mapping[str, Any]) -> StepResult:
+    """Executes one tool call {'name': str, 'arguments': dict}; a malformed call gives status 'invalid'."""
+
+  def close(self) -> None:
+    """Releases resources (none for in-process environments)."""
+
+  def __enter__(self) -> "ToolEnv":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -1,0 +1,439 @@
+"""cgroup part of common/sandbox.py: detection of the limit mechanism, per-sandbox cgroups, sweep.
+
+Split from common/sandbox.py for size; import these names from common.sandbox. The order of
+mechanisms and the defaults are described in common/sandbox.py's docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import logging
+import os
+import signal
+import threading
+import time
+from typing import NamedTuple
+
+from common import sandbox_guard
+
+_log = logging.getLogger("common.sandbox")
+
+
+class SandboxError(RuntimeError):
+  """The sandbox cannot be set up on this machine (missing bubblewrap, unusable cgroups...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# cgroups
+
+
+@dataclasses.dataclass(frozen=True)
+class CgroupRoots:
+  """Where the cgroup hierarchies are mounted, and where this process sits in them.
+
+  Injectable so that tests can point the detection at a fake tree.
+  """
+  v2_mount: str | None
+  v1_memory_mount: str | None
+  v1_pids_mount: str | None
+  self_v2_path: str = "/"
+  self_v1_memory_path: str = "/"
+  self_v1_pids_path: str = "/"
+  v1_cpu_mount: str | None = None
+  self_v1_cpu_path: str = "/"
+  v1_freezer_mount: str | None = None
+  self_v1_freezer_path: str = "/"
+
+  @classmethod
+  def of_this_machine(cls) -> "CgroupRoots":
+    v2 = None
+    for cand in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+      if os.path.exists(os.path.join(cand, "cgroup.controllers")):
+        v2 = cand
+        break
+    mem = "/sys/fs/cgroup/memory" if os.path.exists("/sys/fs/cgroup/memory/memory.limit_in_bytes") else None
+    pids = "/sys/fs/cgroup/pids" if os.path.exists("/sys/fs/cgroup/pids/cgroup.procs") else None
+    cpu = "/sys/fs/cgroup/cpu" if os.path.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") else None
+    frz = "/sys/fs/cgroup/freezer" if os.path.exists("/sys/fs/cgroup/freezer/cgroup.procs") else None
+    paths = {"v2": "/", "memory": "/", "pids": "/", "cpu": "/", "freezer": "/"}
+    try:
+      with open("/proc/self/cgroup") as f:
+        for line in f:
+          _, ctrls, path = line.rstrip("\n").split(":", 2)
+          if ctrls == "":
+            paths["v2"] = path
+          for c in ctrls.split(","):
+            if c in ("memory", "pids", "cpu", "freezer"):
+              paths[c] = path
+    except OSError:
+      pass
+    return cls(v2, mem, pids, paths["v2"], paths["memory"], paths["pids"], cpu, paths["cpu"], frz,
+               paths["freezer"])
+
+
+_CPU_PERIOD_US = 100_000
+
+
+def _cpu_quota(config: "SandboxConfig", det: "Detection") -> int:
+  """cpu quota in microseconds per period, 0 for none (no limit asked or no controller)."""
+  if not config.cpu_max_cores or not det.cpu:
+    return 0
+  return max(1000, int(float(config.cpu_max_cores) * _CPU_PERIOD_US))
+
+
+def _join(mount: str, path: str) -> str:
+  rel = path.strip("/")
+  return os.path.join(mount, rel) if rel else mount
+
+
+def _write(path: str, value: str) -> None:
+  with open(path, "w") as f:
+    f.write(value)
+
+
+def _read(path: str) -> str:
+  with open(path) as f:
+    return f.read()
+
+
+class Detection(NamedTuple):
+  """Which limit mechanism is usable, and why the better ones are not."""
+  mode: str                 # 'v2' | 'v1' | 'rlimit' | 'none'
+  parents: tuple[str, ...]  # directories under which per-sandbox cgroups are created
+  why_not: tuple[str, ...]  # one reason per mechanism that was skipped
+  cpu: bool = False         # the CPU controller is usable (v2: in parents[0]; v1: parents[2])
+  freezer: str | None = None  # v1: parent of per-sandbox freezer cgroups (v2 freezes with cgroup.freeze)
+
+
+def _probe_v2(roots: CgroupRoots) -> tuple[str | None, str]:
+  if roots.v2_mount is None:
+    return None, "cgroup v2: no unified hierarchy mounted"
+  base = _join(roots.v2_mount, roots.self_v2_path)
+  try:
+    avail = _read(os.path.join(base, "cgroup.controllers")).split()
+  except OSError as e:
+    return None, f"cgroup v2: cannot read {base}/cgroup.controllers ({e})"
+  missing = [c for c in ("memory", "pids") if c not in avail]
+  if missing:
+    return None, f"cgroup v2: {','.join(missing)} not in {base}/cgroup.controllers"
+  if "cpu" in avail:
+    try:
+      _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids +cpu")
+      return base, "cpu"
+    except OSError:
+      pass
+  try:
+    _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
+  except OSError as e:
+    return None, f"cgroup v2: cannot enable memory,pids in {base}/cgroup.subtree_control ({e})"
+  return base, ""
+
+
+def _probe_v1(roots: CgroupRoots) -> tuple[tuple[str, str] | None, str]:
+  if roots.v1_memory_mount is None or roots.v1_pids_mount is None:
+    return None, "cgroup v1: memory or pids hierarchy not mounted"
+  mem = _join(roots.v1_memory_mount, roots.self_v1_memory_path)
+  pids = _join(roots.v1_pids_mount, roots.self_v1_pids_path)
+  for d in (mem, pids):
+    if not os.access(d, os.W_OK):
+      return None, f"cgroup v1: {d} is not writable"
+  if roots.v1_cpu_mount is not None:
+    cpu = _join(roots.v1_cpu_mount, roots.self_v1_cpu_path)
+    if os.access(cpu, os.W_OK):
+      return (mem, pids, cpu), ""
+  return (mem, pids), ""
+
+
+def detect_cgroup(mode: str = "auto", roots: CgroupRoots | None = None) -> Detection:
+  """Picks the resource-limit mechanism (see the module docstring for the order).
+
+  Args:
+    mode: 'auto' or one of 'v2', 'v1', 'rlimit', 'none' to force it.
+    roots: where the hierarchies are; default: this machine's.
+  Returns:
+    A `Detection`.
+  Raises:
+    SandboxError: a forced mode that is not usable here, naming why.
+  """
+  if mode not in ("auto", "v2", "v1", "rlimit", "none"):
+    raise SandboxError(f"SandboxConfig.cgroup={mode!r}; use 'auto', 'v2', 'v1', 'rlimit' or 'none'")
+  if mode in ("rlimit", "none"):
+    return Detection(mode, (), ())
+  roots = roots or CgroupRoots.of_this_machine()
+  why = []
+  if mode in ("auto", "v2"):
+    base, reason = _probe_v2(roots)
+    if base is not None:
+      return Detection("v2", (base,), (), cpu=reason == "cpu")
+    why.append(reason)
+    if mode == "v2":
+      raise SandboxError(f"{reason}; use SandboxConfig(cgroup='auto') to fall back")
+  base1, reason = _probe_v1(roots)
+  if base1 is not None:
+    frz = None
+    if roots.v1_freezer_mount is not None:
+      frz = _join(roots.v1_freezer_mount, roots.self_v1_freezer_path)
+      frz = frz if os.access(frz, os.W_OK) else None
+    return Detection("v1", base1, tuple(why), cpu=len(base1) > 2, freezer=frz)
+  why.append(reason)
+  if mode == "v1":
+    raise SandboxError(f"{reason}; use SandboxConfig(cgroup='auto') to fall back")
+  return Detection("rlimit", (), tuple(why))
+
+
+_DETECTED: dict[str, Detection] = {}
+_DETECT_LOCK = threading.Lock()
+_COUNTER = iter(range(1 << 62))
+
+
+def _detect_once(mode: str) -> Detection:
+  """Caches the machine's detection per mode and logs the "sandbox limits:" line once."""
+  with _DETECT_LOCK:
+    if mode not in _DETECTED:
+      det = detect_cgroup(mode)
+      _DETECTED[mode] = det
+      _sweep_stale(det)
+      sandbox_guard.sweep_stale_dirs()
+    return _DETECTED[mode]
+
+
+def sweep_stale(mode: str = "auto") -> list[str]:
+  """What SIGKILLed owners left: their cgroups (members killed first) and their host folders
+  (`sandbox_guard.owned_tempdir`: own workspaces, private folders). Runs once per process at the
+  first sandbox; returns what was removed."""
+  return _sweep_stale(detect_cgroup(mode)) + sandbox_guard.sweep_stale_dirs()
+
+
+def _sweep_stale(det: Detection) -> list[str]:
+  """Removes per-sandbox cgroups whose owner pid is gone, killing what still runs in them."""
+  removed = []
+  for parent in tuple(det.parents) + ((det.freezer,) if det.freezer else ()):
+    for d in glob.glob(os.path.join(parent, "agentrl-*")):
+      try:
+        owner = int(os.path.basename(d).split("-")[1])
+      except (IndexError, ValueError):
+        continue
+      if owner != os.getpid() and not os.path.exists(f"/proc/{owner}"):
+        Cgroup(det.mode, (d,), "stale", 0, 0).remove(timeout_s=2.0)
+        if not os.path.exists(d):
+          removed.append(d)
+  return removed
+
+
+class Cgroup:
+  """The per-sandbox cgroup(s) holding one environment process tree, with its limits.
+
+  Created by `Cgroup.create`; `procs_files` are the `cgroup.procs` files the launcher joins before
+  exec-ing bubblewrap; `kill()` SIGKILLs every member; `remove()` deletes the directories.
+  """
+
+  def __init__(self, mode: str, dirs: tuple[str, ...], description: str, memory_max: int,
+               pids_max: int, cpu_dir: str | None = None):
+    self.mode = mode
+    self.dirs = dirs
+    self.description = description
+    self.memory_max = memory_max
+    self.pids_max = pids_max
+    self.cpu_dir = cpu_dir  # where cpu.stat lives (None: no CPU limit)
+
+  @classmethod
+  def create(cls, config: SandboxConfig, *, detection: Detection | None = None) -> "Cgroup":
+    det = detection or _detect_once(config.cgroup)
+    mem, npids = int(config.memory_max_bytes), int(config.pids_max)
+    name = f"agentrl-{os.getpid()}-{next(_COUNTER)}"
+    if det.mode == "v2":
+      d = os.path.join(det.parents[0], name)
+      os.mkdir(d)
+      try:
+        _write(os.path.join(d, "memory.max"), str(mem))
+        if os.path.exists(os.path.join(d, "memory.swap.max")):
+          _write(os.path.join(d, "memory.swap.max"), "0")
+        _write(os.path.join(d, "pids.max"), str(npids))
+      except OSError:
+        os.rmdir(d)
+        raise
+      desc = f"cgroup v2 memory.max={mem} pids.max={npids}"
+      quota = _cpu_quota(config, det)
+      if quota:
+        _write(os.path.join(d, "cpu.max"), f"{quota} {_CPU_PERIOD_US}")
+        desc += f" cpu.max={quota}/{_CPU_PERIOD_US}"
+      return cls("v2", (d,), desc, mem, npids, d if quota else None)
+    if det.mode == "v1":
+      dm = os.path.join(det.parents[0], name)
+      dp = os.path.join(det.parents[1], name)
+      os.mkdir(dm)
+      try:
+        os.mkdir(dp)
+      except OSError:
+        os.rmdir(dm)
+        raise
+      try:
+        _write(os.path.join(dm, "memory.limit_in_bytes"), str(mem))
+        memsw = os.path.join(dm, "memory.memsw.limit_in_bytes")
+        if os.path.exists(memsw):
+          _write(memsw, str(mem))
+        _write(os.path.join(dp, "pids.max"), str(npids))
+      except OSError:
+        os.rmdir(dm)
+        os.rmdir(dp)
+        raise
+      desc = f"cgroup v1 memory.limit_in_bytes={mem} pids.max={npids}"
+      quota = _cpu_quota(config, det)
+      if quota:
+        dc = os.path.join(det.parents[2], name)
+        os.mkdir(dc)
+        try:
+          _write(os.path.join(dc, "cpu.cfs_period_us"), str(_CPU_PERIOD_US))
+          _write(os.path.join(dc, "cpu.cfs_quota_us"), str(quota))
+        except OSError:
+          for x in (dm, dp, dc):
+            os.rmdir(x)
+          raise
+        desc += f" cpu.cfs_quota_us={quota}/{_CPU_PERIOD_US}"
+        return cls._with_freezer(det, name, cls("v1", (dm, dp, dc), desc, mem, npids, dc))
+      return cls._with_freezer(det, name, cls("v1", (dm, dp), desc, mem, npids))
+    if det.mode == "rlimit":
+      return cls("rlimit", (), f"ulimit -v {mem // 1024} KiB (address space), processes not limited",
+                 mem, npids)
+    return cls("none", (), "no resource limits", mem, npids)
+
+  @staticmethod
+  def _with_freezer(det: Detection, name: str, cg: "Cgroup") -> "Cgroup":
+    """v1: adds a freezer cgroup (last in `dirs`) when the freezer hierarchy is writable."""
+    if det.freezer:
+      d = os.path.join(det.freezer, name)
+      try:
+        os.mkdir(d)
+      except OSError:
+        return cg
+      cg.dirs = cg.dirs + (d,)
+      cg.description += " freezer"
+    return cg
+
+  def _freeze_file(self) -> tuple[str, str, str] | None:
+    """(file, freeze value, thaw value) of this cgroup's freezer, or None without one."""
+    for d in self.dirs:
+      if os.path.exists(os.path.join(d, "freezer.state")):
+        return os.path.join(d, "freezer.state"), "FROZEN", "THAWED"
+    if self.mode == "v2" and self.dirs and os.path.exists(os.path.join(self.dirs[0], "cgroup.freeze")):
+      return os.path.join(self.dirs[0], "cgroup.freeze"), "1", "0"
+    return None
+
+  def freeze(self, timeout_s: float = 2.0) -> bool:
+    """Stops every member (cgroup v1 freezer / v2 cgroup.freeze) until `thaw()`; False without a
+    freezer. Waits up to timeout_s for the state to settle."""
+    f = self._freeze_file()
+    if f is None:
+      return False
+    try:
+      _write(f[0], f[1])
+      deadline = time.monotonic() + timeout_s
+      while time.monotonic() < deadline:
+        if f[1] == "FROZEN" and _read(f[0]).strip() == "FROZEN":
+          return True
+        if f[1] == "1" and "frozen 1" in _read(os.path.join(os.path.dirname(f[0]), "cgroup.events")):
+          return True
+        time.sleep(0.002)
+    except OSError:
+      return False
+    return True
+
+  def thaw(self) -> None:
+    """Lets the members run again (no-op without a freezer)."""
+    f = self._freeze_file()
+    if f is not None:
+      try:
+        _write(f[0], f[2])
+      except OSError:
+        pass
+
+  def cpu_throttled(self) -> int:
+    """Periods in which the tree was throttled by the CPU limit (0 without one)."""
+    try:
+      st = dict(l.split() for l in _read(os.path.join(self.cpu_dir, "cpu.stat")).splitlines())
+      return int(st.get("nr_throttled", 0))
+    except (OSError, TypeError, ValueError):
+      return 0
+
+  @property
+  def procs_files(self) -> tuple[str, ...]:
+    return tuple(os.path.join(d, "cgroup.procs") for d in self.dirs)
+
+  def pids(self) -> list[int]:
+    """Members of the cgroup (empty for 'rlimit'/'none')."""
+    out: set[int] = set()
+    for f in self.procs_files:
+      try:
+        out.update(int(x) for x in _read(f).split())
+      except OSError:
+        pass
+    return sorted(out)
+
+  def oom_killed(self) -> bool:
+    """True when the kernel killed a member for exceeding the memory limit."""
+    try:
+      if self.mode == "v2":
+        ev = dict(l.split() for l in _read(os.path.join(self.dirs[0], "memory.events")).splitlines())
+        return int(ev.get("oom_kill", 0)) > 0 or int(ev.get("max", 0)) > 0 and int(ev.get("oom", 0)) > 0
+      if self.mode == "v1":
+        ctl = dict(l.split() for l in _read(os.path.join(self.dirs[0], "memory.oom_control")).splitlines())
+        if "oom_kill" in ctl:
+          return int(ctl["oom_kill"]) > 0
+        return int(_read(os.path.join(self.dirs[0], "memory.failcnt"))) > 0
+    except (OSError, ValueError):
+      pass
+    return False
+
+  def pids_limit_hit(self) -> bool:
+    """True when a fork was refused because of `pids.max`."""
+    try:
+      if self.mode == "v2":
+        ev = dict(l.split() for l in _read(os.path.join(self.dirs[0], "pids.events")).splitlines())
+        return int(ev.get("max", 0)) > 0
+      if self.mode == "v1":
+        ev = dict(l.split() for l in _read(os.path.join(self.dirs[1], "pids.events")).splitlines())
+        return int(ev.get("max", 0)) > 0
+    except (OSError, ValueError):
+      pass
+    return False
+
+  def kill(self) -> None:
+    """SIGKILLs every member (v2: cgroup.kill where the kernel has it)."""
+    if self.mode == "v2" and os.path.exists(os.path.join(self.dirs[0], "cgroup.kill")):
+      try:
+        _write(os.path.join(self.dirs[0], "cgroup.kill"), "1")
+        return
+      except OSError:
+        pass
+    for _ in range(5):  # members may fork while we kill; a few passes settle it
+      pids = self.pids()
+      if not pids:
+        return
+      for p in pids:
+        try:
+          os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+      self.thaw()  # frozen members die only once thawed
+      time.sleep(0.01)
+
+  def remove(self, timeout_s: float = 5.0) -> None:
+    """Kills what is left and removes the directories (retrying while the kernel reaps)."""
+    if not self.dirs:
+      return
+    self.kill()
+    deadline = time.monotonic() + timeout_s
+    for d in self.dirs:
+      while True:
+        try:
+          os.rmdir(d)
+          break
+        except FileNotFoundError:
+          break
+        except OSError:
+          if time.monotonic() > deadline:
+            _log.warning("could not remove cgroup %s (members: %s)", d, self.pids())
+            break
+          self.kill()
+          time.sleep(0.02)

@@ -1,0 +1,504 @@
+"""One place for tool results: decoding, tool errors, output truncation, and how a program run reads.
+
+Everything the agent sees of a tool call or a program run is decided here, so that every path shows it
+the same text: the sandboxed kernel (progagent.runtime, RL rollouts), the in-process runtime (audits,
+oracle SFT data), the task oracles, the harnesses and the MCP runtime server.
+
+This module imports only the standard library: progagent.runtime sends its source into the sandboxed
+kernel (where the project's packages are not mounted), so the rules below run identically there and on
+the host.
+
+Result -> Python value (`decode_result`), after the error rule below has found no error:
+  1. structuredContent, when present; a dict whose only key is "result" is unwrapped (the MCP SDKs
+     wrap non-object outputs that way);
+  2. else the content: no item -> None; one text item -> decoded text; several items -> a list of
+     them (text items decoded, other items such as images as their wire dicts);
+  3. a text is decoded as JSON; if that fails, with `ast.literal_eval` (servers that answer with
+     Python reprs: single quotes, tuples, True/None); if that fails too, the raw string.
+
+Error rule (`error_message`). A result is an error, raised as `ToolError` carrying the server's own
+message, when
+  (a) `isError` is true; the message is the text content, else the structured content's
+      "error"/"message"/"exception" entry, else the structured content as JSON; or, with `isError`
+      false or omitted,
+  (b) the structured content, or a result consisting of one text item that parses as JSON, is an
+      object with a truthy top-level "error" entry and no keys other than ERROR_OBJECT_KEYS
+      ({"error": "no such table"}, {"error": {...}, "code": 404}); an ordinary record that merely
+      has an "error" field among other fields is data, not an error; or
+  (c) a result consisting of one text item whose text starts (after blank space) with "Error:" or
+      "Error executing tool" (case-insensitive; the latter is the Python SDK's own wording), with
+      "Traceback (most recent call last):", or with an exception-class prefix "SomethingError: " /
+      "SomethingException: ".
+  ProgAgent (2026) names servers that omit `isError` as a source of silent failures; (b) and (c)
+  close that gap while keeping ordinary data (text that mentions an error later on) intact.
+
+Program runs (`run_program`, the rule both PTC runtimes apply):
+  * the program is plain Python (no IPython magics), compiled as "<program N>" (N counts the
+    runtime's programs from 1);
+  * stdout and stderr go to one stream, in the order they are written;
+  * a final expression statement's value is shown as repr(value) + newline unless it is None (the
+    Python REPL's rule; no pretty-printing);
+  * an exception (KeyboardInterrupt and SystemExit included) ends the program and is shown as
+        Traceback (most recent call last):
+          line 3: <source line>                (frames of this program)
+          line 7 of program 2: <source line>   (a function defined by an earlier program)
+        Name: message
+    with no frame of the runtime or the tool proxy; the run's error is "Name: message";
+  * the output is cut to MAX_OUTPUT_CHARS characters (Python str: Unicode code points, so no
+    character is split): the first and last halves are kept and a marker line in between says how
+    many characters were cut (`OutputBuffer`, mode 'head' keeps the beginning instead).
+`format_exec` is the observation text of a run.
+Source: ProgAgent (2026), "Runtime" (SPEC.md, ProgAgent): native Python objects from tools, printed
+output cut to 50,000 characters.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import contextlib
+import json
+import re
+import sys
+import threading
+from typing import Any, Callable, Mapping, NamedTuple
+
+MAX_OUTPUT_CHARS = 50_000
+ERROR_OBJECT_KEYS = frozenset({"error", "message", "code", "details", "detail", "status", "type",
+                               "exception", "traceback", "isError", "is_error", "ok", "success"})
+_ERROR_TEXT_RE = re.compile(
+    r"^\s*(?:error(?:\s+executing\s+tool\b[^\n:]*)?\s*:|error\s+executing\s+tool\b"
+    r"|traceback \(most recent call last\):"
+    r"|[A-Za-z_][\w.]*(?:Error|Exception)\s*:\s)",
+    re.IGNORECASE)
+_LITERAL_EVAL_MAX_CHARS = 1_000_000
+PROGRAM_FILENAME = "<program {n}>"
+_PROGRAM_FILE_RE = re.compile(r"^<program (\d+)>$")
+
+
+class ToolError(Exception):
+  """A tool call failed: raised by tool implementations (environment side) and in programs.
+
+  str() is "tool 'NAME' failed: <message>" when the tool is known, else the message alone (what a
+  tool implementation raises: `ToolError("no order with id 7")`).
+
+  Attributes:
+    message: the server's (or implementation's) message, unchanged.
+    tool: name of the tool, or None.
+    result: the MCP result in wire form (None when the call never reached the server).
+  """
+
+  def __init__(self, message: str, tool: str | None = None, result: dict | None = None):
+    self.message = str(message)
+    self.tool = tool
+    self.result = result
+    super().__init__(self.message if tool is None else f"tool {tool!r} failed: {self.message}")
+
+  def __reduce__(self):
+    return (type(self), (self.message, self.tool, self.result))
+
+
+# --------------------------------------------------------------------------------------------
+# Tool results
+
+
+def to_wire(result: Any) -> dict:
+  """Any tool result -> MCP CallToolResult wire dict {"content", "structuredContent"?, "isError"?}.
+
+  Accepts an SDK result object (pydantic, with `model_dump`), a wire dict, a StepResult-like object
+  (`.observation`, `.status`: statuses "failed", "invalid", "unavailable", "error" set isError, any
+  other leaves it omitted) or a plain string.
+
+  Raises:
+    TypeError: anything else, naming the accepted forms.
+  """
+  if isinstance(result, Mapping):
+    if "content" not in result and "structuredContent" not in result:
+      raise TypeError("a tool result dict must be an MCP CallToolResult in wire form with 'content' "
+                      f"and/or 'structuredContent'; got keys {sorted(result)[:8]}")
+    return dict(result)
+  if hasattr(result, "model_dump"):
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+  if hasattr(result, "observation") and hasattr(result, "status"):
+    wire = {"content": [{"type": "text", "text": str(result.observation)}]}
+    if str(result.status) in ("failed", "invalid", "unavailable", "error"):
+      wire["isError"] = True
+    return wire
+  if isinstance(result, str):
+    return {"content": [{"type": "text", "text": result}]}
+  raise TypeError(f"cannot read a tool result of type {type(result).__name__}: return an MCP "
+                  "CallToolResult, its wire dict, a StepResult or a str")
+
+
+def text_result(text: str) -> dict:
+  """A text observation (e.g. a DTC tool message) as a wire result with one text item."""
+  return {"content": [{"type": "text", "text": text}]}
+
+
+def _texts(wire: Mapping) -> list[str] | None:
+  """The texts of the content items, or None when some item is not text."""
+  out = []
+  for c in wire.get("content") or ():
+    if not isinstance(c, Mapping) or c.get("type") != "text":
+      return None
+    out.append(str(c.get("text", "")))
+  return out
+
+
+def _error_object_message(obj: Any) -> str | None:
+  """Rule (b): the message of an error-shaped object, else None."""
+  if not isinstance(obj, Mapping) or not obj.get("error"):
+    return None
+  if not set(obj).issubset(ERROR_OBJECT_KEYS):
+    return None
+  err = obj["error"]
+  if isinstance(err, Mapping):
+    msg = err.get("message") or err.get("detail") or json.dumps(err, default=str)
+  elif err is True:
+    msg = obj.get("message") or obj.get("detail") or obj.get("details") or json.dumps(obj, default=str)
+  else:
+    msg = str(err)
+    extra = obj.get("message") or obj.get("detail")
+    if extra and str(extra) not in msg:
+      msg = f"{msg}: {extra}"
+  return str(msg)
+
+
+def error_message(wire: Mapping) -> str | None:
+  """The server's error message when `wire` is an error result by the module's rule, else None."""
+  texts = _texts(wire)
+  structured = wire.get("structuredContent")
+  if wire.get("isError"):
+    joined = "\n".join(texts) if texts is not None else ""
+    if joined.strip():
+      return joined
+    if isinstance(structured, Mapping):
+      for k in ("error", "message", "exception"):
+        if structured.get(k):
+          v = structured[k]
+          return v if isinstance(v, str) else json.dumps(v, default=str)
+    if structured is not None:
+      return json.dumps(structured, default=str)
+    return "the tool reported an error without a message"
+  msg = _error_object_message(structured)
+  if msg is not None:
+    return msg
+  if texts is not None and len(texts) == 1 and structured is None:
+    text = texts[0]
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+      try:
+        msg = _error_object_message(json.loads(stripped))
+      except ValueError:
+        msg = None
+      if msg is not None:
+        return msg
+    if _ERROR_TEXT_RE.match(text):
+      return text.strip()
+  return None
+
+
+def decode_text(text: str) -> Any:
+  """JSON, else a Python literal (`ast.literal_eval`, texts up to 1e6 characters), else the string."""
+  try:
+    return json.loads(text)
+  except ValueError:
+    pass
+  s = text.strip()
+  if s and len(s) <= _LITERAL_EVAL_MAX_CHARS:
+    try:
+      return ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+      pass
+  return text
+
+
+def decode_result(wire: Mapping, tool: str | None = None) -> Any:
+  """One tool result (wire form) -> native Python value, or raises ToolError (module docstring).
+
+  Args:
+    wire: MCP CallToolResult in wire form (see `to_wire`).
+    tool: the tool's name, for the error message.
+  Returns:
+    The decoded value.
+  Raises:
+    ToolError: the result is an error by the module's rule; carries the server's message.
+  """
+  msg = error_message(wire)
+  if msg is not None:
+    raise ToolError(msg, tool, dict(wire))
+  structured = wire.get("structuredContent")
+  if structured is not None:
+    if isinstance(structured, Mapping) and set(structured) == {"result"}:
+      return structured["result"]
+    return structured
+  items = list(wire.get("content") or ())
+  values = [decode_text(str(c.get("text", ""))) if isinstance(c, Mapping) and c.get("type") == "text"
+            else c for c in items]
+  if not values:
+    return None
+  return values[0] if len(values) == 1 else values
+
+
+def describe_tools(tool_list: list[dict]) -> str:
+  """One line per tool, `name(arg: type, opt?: type) - description`, for prompts and reprs."""
+  lines = []
+  for t in tool_list:
+    schema = t.get("inputSchema") or {}
+    props = schema.get("properties") or {}
+    req = set(schema.get("required") or ())
+    args = []
+    for k, v in props.items():
+      ty = v.get("type", "any") if isinstance(v, Mapping) else "any"
+      args.append(f"{k}{'' if k in req else '?'}: {ty if isinstance(ty, str) else '|'.join(ty)}")
+    desc = " ".join(str(t.get("description") or "").split())
+    lines.append(f"{t['name']}({', '.join(args)})" + (f" - {desc}" if desc else ""))
+  return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Output truncation
+
+
+class OutputBuffer:
+  """Keeps at most `max_chars` characters of a stream: its head and its tail, counting the rest.
+
+  Args:
+    max_chars: characters kept (int >= 0; ProgAgent: 50,000).
+    mode: 'head_tail' (half each) or 'head'.
+  Raises:
+    ValueError: a bad mode or a negative max_chars.
+  """
+
+  def __init__(self, max_chars: int = MAX_OUTPUT_CHARS, mode: str = "head_tail"):
+    if mode not in ("head_tail", "head"):
+      raise ValueError(f"truncation={mode!r}; use 'head_tail' or 'head'")
+    if max_chars < 0:
+      raise ValueError(f"max_output_chars={max_chars} must be >= 0")
+    self.max_chars = int(max_chars)
+    self.head_cap = self.max_chars if mode == "head" else (self.max_chars + 1) // 2
+    self.tail_cap = self.max_chars - self.head_cap
+    self._head: list[str] = []
+    self._head_len = 0
+    self._tail: collections.deque[str] = collections.deque()
+    self._tail_len = 0
+    self.total = 0
+
+  def write(self, s: str) -> int:
+    if not s:
+      return 0
+    n = len(s)
+    self.total += n
+    room = self.head_cap - self._head_len
+    if room > 0:
+      self._head.append(s[:room])
+      self._head_len += min(room, len(s))
+      s = s[room:]
+    if not s or self.tail_cap == 0:
+      return n
+    if len(s) >= self.tail_cap:
+      self._tail.clear()
+      self._tail.append(s[-self.tail_cap:])
+      self._tail_len = self.tail_cap
+      return n
+    self._tail.append(s)
+    self._tail_len += len(s)
+    while self._tail_len - len(self._tail[0]) >= self.tail_cap:
+      self._tail_len -= len(self._tail.popleft())
+    return n
+
+  @property
+  def cut(self) -> int:
+    """Characters cut so far (0 when everything was kept)."""
+    return max(0, self.total - self.max_chars)
+
+  def getvalue(self) -> str:
+    head = "".join(self._head)
+    tail = "".join(self._tail)
+    cut = self.cut
+    if cut == 0:
+      return head + tail
+    tail = tail[len(tail) - self.tail_cap:] if self.tail_cap else ""
+    marker = (f"\n[... {cut} characters cut: the output had {self.total}, at most "
+              f"{self.max_chars} are kept ...]\n")
+    return head + marker + tail
+
+
+def truncate_output(text: str, limit: int = MAX_OUTPUT_CHARS, mode: str = "head_tail") -> str:
+  """`text` cut to `limit` characters by the OutputBuffer rule (code points; a marker names the cut)."""
+  buf = OutputBuffer(limit, mode)
+  buf.write(text)
+  return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# Program runs
+
+
+class ExecResult(NamedTuple):
+  """What one program run returns (both PTC runtimes).
+
+  Attributes:
+    output: str, what the program printed (stdout and stderr in order, a final expression's repr,
+      the traceback of the exception that ended it), cut by OutputBuffer, followed by the runtime's
+      notices (timeout, restart; never cut); this is what enters the context.
+    error: None, or "Name: message" of the exception that ended the program ("TimeoutError: ...",
+      "KernelRestarted: ..." when the kernel had to be restarted).
+    timed_out: bool, the program hit the per-execution time limit.
+    restarted: bool, the kernel was restarted during this run; variables are lost.
+    tool_calls: int, tool calls answered during this run.
+    truncated_chars: int, characters cut from the output (0 when nothing was cut).
+  """
+  output: str
+  error: str | None = None
+  timed_out: bool = False
+  restarted: bool = False
+  tool_calls: int = 0
+  truncated_chars: int = 0
+
+
+def format_exec(result: Any) -> str:
+  """The observation text of one program run: its output, then the error if the output lacks it.
+
+  Rule: output + "\\nError:\\n" + error when the run failed and its output does not already contain
+  the error line (e.g. it was cut away in 'head' mode); "(no output)" when there is nothing to show.
+  """
+  out = result.output or ""
+  err = getattr(result, "error", None)
+  if err and err not in out:
+    return (out + ("\n" if out and not out.endswith("\n") else "") + f"Error:\n{err}").strip("\n")
+  return out if out.strip() else "(no output)"
+
+
+def error_line(exc: BaseException) -> str:
+  """ "Name: message" of an exception ("Name" alone when the message is empty)."""
+  name = type(exc).__name__
+  msg = exc.msg if isinstance(exc, SyntaxError) and exc.msg else str(exc)
+  return f"{name}: {msg}" if msg else name
+
+
+def format_traceback(exc: BaseException, sources: list[str]) -> str:
+  """The traceback text of the module docstring: program frames only, then error_line(exc).
+
+  Args:
+    exc: the exception that ended program number len(sources).
+    sources: the runtime's programs so far, program n at sources[n - 1].
+  """
+  current = len(sources)
+  lines = ["Traceback (most recent call last):"]
+
+  def frame(filename: str, lineno: int | None) -> None:
+    m = _PROGRAM_FILE_RE.match(filename or "")
+    if m is None or not lineno:
+      return
+    n = int(m.group(1))
+    src = sources[n - 1].splitlines() if 0 < n <= len(sources) else []
+    text = src[lineno - 1].strip() if 0 < lineno <= len(src) else ""
+    where = f"line {lineno}" if n == current else f"line {lineno} of program {n}"
+    lines.append(f"  {where}: {text}")
+
+  tb = exc.__traceback__
+  while tb is not None:
+    frame(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    tb = tb.tb_next
+  if isinstance(exc, SyntaxError):
+    frame(exc.filename or "", exc.lineno)
+  lines.append(error_line(exc))
+  return "\n".join(lines) + "\n"
+
+
+class StdinNotImplementedError(RuntimeError):
+  """input() or getpass() in a program: nobody is there to answer (the name IPython uses)."""
+
+
+_STDIN_MESSAGE = ("{fn}() is not available: programs run without anyone to answer; put the value "
+                  "in the program (or read it from a file or a tool) instead")
+
+
+def no_input(prompt: str = "") -> str:
+  """input() of a program: raises StdinNotImplementedError at once."""
+  raise StdinNotImplementedError(_STDIN_MESSAGE.format(fn="input"))
+
+
+def no_getpass(prompt: str = "", stream: Any = None, **unused) -> str:
+  """getpass() of a program: raises StdinNotImplementedError at once."""
+  raise StdinNotImplementedError(_STDIN_MESSAGE.format(fn="getpass"))
+
+
+class _Router:
+  """sys.stdout / sys.stderr stand-in: writes go to this thread's program stream, else to the stream it
+  replaced (every other attribute, isatty() and fileno() included, is that stream's)."""
+
+  _local = threading.local()
+
+  def __init__(self, through: Any):
+    self.through = through
+
+  def write(self, s: str) -> int:
+    target = getattr(_Router._local, "target", None)
+    if target is not None:
+      target(s)
+      return len(s)
+    return self.through.write(s)
+
+  def writelines(self, lines) -> None:
+    for line in lines:
+      self.write(line)
+
+  def flush(self) -> None:
+    if getattr(_Router._local, "target", None) is None:
+      self.through.flush()
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self.through, name)
+
+
+@contextlib.contextmanager
+def _streams_to(write: Callable[[str], Any]):
+  """Routes this thread's sys.stdout and sys.stderr writes to `write` (other threads unaffected)."""
+  for name in ("stdout", "stderr"):
+    cur = getattr(sys, name)
+    if not isinstance(cur, _Router):
+      setattr(sys, name, _Router(cur))
+  prev = getattr(_Router._local, "target", None)
+  _Router._local.target = write
+  try:
+    yield
+  finally:
+    _Router._local.target = prev
+
+
+def real_stdout() -> Any:
+  """sys.stdout without this module's router (the kernel's own output stream)."""
+  out = sys.stdout
+  return out.through if isinstance(out, _Router) else out
+
+
+def run_program(code: str, namespace: dict, write: Callable[[str], Any], sources: list[str]) -> str | None:
+  """Runs one program by the module's rule; returns None, or error_line of what ended it.
+
+  Args:
+    code: Python source.
+    namespace: the persistent global namespace of the runtime's programs.
+    write: receives the program's output (stdout, stderr, final value, traceback) in order.
+    sources: the runtime's earlier programs; `code` is appended (it becomes program len(sources)).
+  Returns:
+    None when the program finished, else "Name: message" (the traceback was written).
+  """
+  sources.append(code)
+  filename = PROGRAM_FILENAME.format(n=len(sources))
+  with _streams_to(write):
+    try:
+      tree = ast.parse(code, filename)
+      last = None
+      if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+      exec(compile(tree, filename, "exec", dont_inherit=True), namespace)  # pylint: disable=exec-used
+      if last is not None:
+        value = eval(compile(last, filename, "eval", dont_inherit=True), namespace)  # pylint: disable=eval-used
+        if value is not None:
+          write(repr(value) + "\n")
+    except BaseException as e:  # the program's error (KeyboardInterrupt: a timeout), shown to the agent
+      write(format_traceback(e, sources))
+      return error_line(e)
+  return None

@@ -1,0 +1,214 @@
+"""PhGPO's train state and its steps: the jit-compiled decision and updates, one warm-up and one RL update.
+
+The maths is in `phgpo.objective` (loss and decision rule) and `phgpo.pheromone` (the pheromone update);
+`Compiled` only binds their hyper-parameters from the config and jits them. `warmup_step` and `rl_step` are
+the host-side glue of one update (featurize, advantages, epochs, pheromone) used by `phgpo.train`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from common import estimators
+from phgpo import classifier_rollout
+from phgpo import objective
+from phgpo import pheromone as pher_lib
+from phgpo import policy as policy_lib
+from phgpo.problem import Problem
+
+
+@flax.struct.dataclass
+class TrainState:
+  """The whole train state of one run, saved as one Orbax checkpoint.
+
+  Attributes:
+    params: the policy's parameters (pytree).
+    opt_state: the optimizer state (optax).
+    pheromone: `phgpo.pheromone.PheromoneState` (unchanged during the warm-up).
+    key: u32[2] PRNG key data (`jax.random.key_data`; Orbax cannot write typed keys).
+    step: i32[], steps done in this stage.
+  """
+  params: Any
+  opt_state: Any
+  pheromone: pher_lib.PheromoneState
+  key: jax.Array
+  step: jax.Array
+
+
+def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_lib.PheromoneState:
+  """Pheromone state with tau_init on the graph's edges and tau_min elsewhere (MAX-MIN bounds)."""
+  pc = config.pheromone
+  g = problem.graph
+  return pher_lib.init_pheromone(
+      len(g.tool_names), g.template_mask.shape[1], tau_init=pc.tau_init, tau_min=pc.tau_min,
+      tau_max=pc.tau_max, template_mask=jnp.asarray(g.template_mask),
+      bank_capacity=pc.bank_capacity, embed_dim=problem.query_emb.shape[1],
+      edge_mask=jnp.asarray(g.edge_mask))
+
+
+def make_optimizer(learning_rate: float, grad_clip: float, policy=None) -> optax.GradientTransformation:
+  """Adam with global-norm clipping (`optim.grad_clip`); only the policy's trainable leaves (e.g. LoRA
+  adapters) move when the policy defines `trainable_mask(params)`."""
+  tx = optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(learning_rate))
+  if policy is not None and hasattr(policy, "trainable_mask"):
+    labels = lambda params: jax.tree.map(lambda m: "train" if m else "freeze", policy.trainable_mask(params))
+    tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
+  return tx
+
+
+def commit(tree):
+  """Places every leaf on the default device as a committed array.
+
+  Arrays restored by Orbax are committed and freshly made ones are not; jit keys its cache on that, so
+  without this a resumed run would recompile every step function once more.
+  """
+  dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  return jax.device_put(tree, dev)
+
+
+def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: float,
+               params=None) -> TrainState:
+  """A fresh train state: params (new from `seed`, or the given ones), optimizer state, pheromone, key."""
+  key = jax.random.key(seed)
+  key, init_key = jax.random.split(key)
+  if params is None:
+    params = policy.init(init_key)
+  opt = make_optimizer(learning_rate, config.optim.grad_clip, policy)
+  return TrainState(params=params, opt_state=opt.init(params), pheromone=init_pheromone(config, problem),
+                    key=jax.random.key_data(key), step=jnp.zeros((), jnp.int32))
+
+
+class Compiled:
+  """The jit-compiled decision and update functions for one policy and config.
+
+  Attributes:
+    decide(params, pher, batch, prev, task_emb, bank_sim, key, beta, w, temperature) -> objective.Decision
+    bank_similarity(pher, task_emb) -> f32[B, C]
+    rl_update(params, opt_state, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp,
+      sl_weight, kl_coef) -> (params, opt_state, aux)      (`phgpo.objective.phgpo_loss`)
+    logp_of(params, flat_batch, actions) -> f32[B, H]      (`phgpo.objective.action_log_probs`)
+    sl_update(params, opt_state, batch, labels, mask) -> (params, opt_state, aux)
+      (`phgpo.objective.warmup_loss`)
+    pher_update(pher, tools, templates, mask, scores, task_emb) -> PheromoneState (state donated)
+  """
+
+  def __init__(self, config: ml_collections.ConfigDict, policy: policy_lib.ToolPolicy, problem: Problem):
+    self.config = config
+    self.policy = policy
+    self.num_tools = policy.num_tools
+    self.start = problem.graph.start_index
+    self.template_mask = jnp.asarray(problem.graph.template_mask)
+    pc, rc = config.pheromone, config.rl
+    decide_hp = dict(top_k=config.sampling.top_k, kappa=pc.kappa, top_k_similar=pc.top_k_similar,
+                     tau_min=pc.tau_min, tau_max=pc.tau_max, dep_units=pc.dep_units,
+                     max_evidence=pc.max_evidence)
+    loss_hp = dict(entropy_coef=rc.entropy_coef, clip_low=rc.clip_low, clip_high=rc.clip_high,
+                   agg_mode=rc.agg_mode)
+    pher_hp = dict(rho=pc.rho, alpha=pc.alpha, tau_min=pc.tau_min, tau_max=pc.tau_max, arg_rho=pc.arg_rho,
+                   arg_alpha=pc.arg_alpha, bank_min_score=pc.bank_min_score)
+    self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip, policy)
+    self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip, policy)
+
+    def decide(params, pher, batch, prev, task_emb, bank_sim, key, beta, w, temperature):
+      return objective.decide(key, policy.apply(params, batch), pher, prev, task_emb, self.template_mask,
+                              beta=beta, w=w, temperature=temperature, bank_sim=bank_sim, **decide_hp)
+
+    def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_weight,
+                kl_coef):
+      return objective.phgpo_loss(policy.apply(params, flat_batch), actions, logp_old, adv, pg_mask,
+                                  sl_mask, ref_logp, sl_weight=sl_weight, kl_coef=kl_coef, **loss_hp)
+
+    def rl_update(params, opt_state, *args):
+      (_, aux), grads = jax.value_and_grad(rl_loss, has_aux=True)(params, *args)
+      updates, opt_state = self.optimizer.update(grads, opt_state, params)
+      aux["grad_norm"] = optax.tree.norm(grads)
+      return optax.apply_updates(params, updates), opt_state, aux
+
+    def logp_of(params, flat_batch, actions):
+      return objective.action_log_probs(policy.apply(params, flat_batch), actions)
+
+    def sl_loss(params, batch, labels, mask):
+      return objective.warmup_loss(policy.apply(params, batch), labels, mask)
+
+    def sl_update(params, opt_state, batch, labels, mask):
+      (_, aux), grads = jax.value_and_grad(sl_loss, has_aux=True)(params, batch, labels, mask)
+      updates, opt_state = self.warmup_optimizer.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state, aux
+
+    def pher_update(pher, tools, templates, mask, scores, task_emb):
+      return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_emb, **pher_hp)
+
+    self.decide = jax.jit(decide)
+    self.bank_similarity = jax.jit(pher_lib.bank_similarity)
+    self.rl_update = jax.jit(rl_update)
+    self.logp_of = jax.jit(logp_of)
+    self.sl_update = jax.jit(sl_update)
+    # Donated: the update writes B*H entries in place instead of copying the [N+1, N] tables.
+    self.pher_update = jax.jit(pher_update, donate_argnums=0)
+
+
+def gold_decisions(problem: Problem) -> np.ndarray:
+  """i64[P, 2]: every gold decision (task, step) of the training split, the warm-up's data."""
+  return np.array([(i, t) for i in problem.train_idx for t in range(problem.gold_len[i])], np.int64)
+
+
+def warmup_step(compiled: Compiled, state: TrainState, problem: Problem, decisions: np.ndarray,
+                step: int) -> tuple[TrainState, dict]:
+  """One supervised update on `decisions` (i64[B, 2] (task, step) pairs): L_SL on the gold tools.
+
+  Returns:
+    (the new state with step = step + 1, aux {'loss', 'accuracy'} on device).
+  """
+  ti, ts = decisions[:, 0], decisions[:, 1]
+  obs = ([[c.output for c in problem.tasks[i].calls] for i in ti]
+         if compiled.policy.uses_observations else None)
+  batch = compiled.policy.featurize(ti, problem.gold_tools[ti], problem.gold_status[ti], ts.astype(np.int32),
+                                    obs)
+  labels = jnp.asarray(problem.gold_tools[ti, ts])
+  params, opt_state, aux = compiled.sl_update(state.params, state.opt_state, batch, labels,
+                                              jnp.ones((len(ti),), bool))
+  return state.replace(params=params, opt_state=opt_state, step=jnp.asarray(step + 1, jnp.int32)), aux
+
+
+def rl_step(compiled: Compiled, state: TrainState, problem: Problem, rb: classifier_rollout.RolloutBatch,
+            *, group_ids: np.ndarray, num_groups: int, sl_weight: float, ref_params,
+            step: int) -> tuple[TrainState, dict]:
+  """One RL update from scored rollouts: GRPO advantages, `rl.epochs` passes of the PhGPO loss, pheromone.
+
+  Args:
+    rb: the rollouts (B = num_groups * M trajectories).
+    group_ids: i32[B], the task group of each rollout.
+    num_groups: G, tasks in the batch.
+    sl_weight: lambda of this step (the curriculum's).
+    ref_params: the KL reference policy (used when `rl.kl_coef` > 0).
+    step: steps done before this one.
+  Returns:
+    (the new state with step = step + 1, aux of the last epoch on device).
+  """
+  rc = compiled.config.rl
+  adv = estimators.compute_advantages(
+      rc.advantage.estimator, jnp.asarray(rb.reward), jnp.asarray(np.asarray(group_ids, np.int32)),
+      num_groups=num_groups,
+      eps=rc.advantage.eps, ddof=rc.advantage.ddof)
+  q_emb = jnp.asarray(problem.query_emb[rb.task])
+  flat = classifier_rollout.decision_batch(compiled.policy, rb.task, rb.tools, rb.status, rb.observations)
+  args = (flat, jnp.asarray(rb.tools), jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask),
+          jnp.asarray(rb.sl_mask))
+  ref_logp = (compiled.logp_of(ref_params, flat, args[1]) if rc.kl_coef > 0
+              else jnp.asarray(rb.logp_old))
+  params, opt_state = state.params, state.opt_state
+  for _ in range(rc.epochs):
+    params, opt_state, aux = compiled.rl_update(params, opt_state, *args, ref_logp,
+                                                jnp.float32(sl_weight), jnp.float32(rc.kl_coef))
+  exec_mask = jnp.asarray(rb.tools >= 0)
+  pher = compiled.pher_update(state.pheromone, jnp.asarray(rb.tools), jnp.asarray(rb.templates),
+                              exec_mask, jnp.asarray(rb.reward), q_emb)
+  return state.replace(params=params, opt_state=opt_state, pheromone=pher,
+                       step=jnp.asarray(step + 1, jnp.int32)), aux

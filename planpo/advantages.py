@@ -1,0 +1,238 @@
+"""PlanPO advantages: success-conditioned length normalisation at the trajectory and response level.
+
+For a task x with N rollouts and G_x the set of successful ones:
+  R_E(tau_i)   = 1[i in G_x] R(tau_i) / T_i          (T_i = number of turns of rollout i),
+  R_S(a_{i,t}) = 1[i in G_x] R(tau_i) / L_{i,t}      (L_{i,t} = policy tokens of response t of i),
+  A_E = group normalisation of R_E over the task's rollouts, A_S = group normalisation of R_S within
+  the response groups, and the token advantage A(a_{i,t}) = A_E(tau_i) + alpha(k) A_S(a_{i,t})
+  (alpha(k): `planpo/schedule.py`). Shorter successes score higher; every failure sits below every
+  success in R_E, so length normalisation acts only inside the success set.
+
+Array layout: per-turn rows, as in `common/gigpo.py` (group_ids, rollout_ids, turn_ids, mask; the
+rollout's reward and success flag repeated on each of its rows; `lengths` per row). All functions are
+pure, jit-compatible with the integers that fix shapes static, and run unchanged with the row axis
+sharded over a mesh with Auto or Explicit axes.
+
+Choices the paper leaves open, and the config keys that change them (defaults first):
+  - whose statistics for A_E: the task's rollouts (the paper's equation) or every turn row (the
+    reference framework, a long rollout counting T_i times): config key `planpo.stats_over`
+    ('rollouts' | 'turns');
+  - the A_S groups: one per turn index t holding every rollout still active at t, failures included
+    with R_S = 0 (Eq. 4 and its figure), or one group of all responses of the task's successful
+    rollouts, failures getting A_S = 0 (the prose): config key `planpo.step_grouping`
+    ('turn' | 'success');
+  - F_norm = std + eps or 1: config key `planpo.norm` ('std' | 'none'); eps (unstated; the reference
+    framework's 1e-6): config key `planpo.eps`; the std's ddof (the reference framework's torch.std,
+    sample std, ddof = 1): config key `planpo.ddof`;
+  - T_i ("valid" turns, undefined in the paper): every real turn row of the rollout, as the reference
+    framework counts active turns;
+  - L_{i,t}: the policy's own tokens only (never prompt, observation or template tokens); a row with
+    L <= 0 is left out of the A_S groups and gets A_S = 0.
+  - the published ablation "unconditional length shaping" (config key `planpo.conditional` = False;
+    the paper gives no formula, so this is our definition): the outcome and the length terms are
+    normalised separately and over every rollout, A_E = GRPO(R) + GRPO(1 / T_i), and R_S = 1 / L_{i,t}
+    for every response (failures included; with step_grouping 'success' the group is then every
+    response of the task). A short failure can then outrank a long success.
+
+Source: PlanPO, "Group Planning-Aware Policy Optimization for Multi-Turn Agentic LLMs" (2026), as
+summarised in SPEC.md "PlanPO" (R_E, R_S, A_E, A_S, Eq. 4).
+"""
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from common import estimators
+from common import gigpo
+from common.estimators import _as_valid, _float_dtype, _gather, _safe_div
+
+STEP_GROUPINGS = ("turn", "success")
+
+
+class PlanPOAdvantages(NamedTuple):
+  """PlanPO advantages per turn row (all f32[R], 0 at masked rows)."""
+  advantages: jax.Array  # A = A_E + alpha * A_S, shared by the tokens of the row's response.
+  episode: jax.Array  # A_E of the row's rollout.
+  step: jax.Array  # A_S of the row's response.
+
+
+def _checks(rewards, success, lengths, group_ids, rollout_ids, turn_ids, mask, num_groups,
+            num_rollouts, max_turns):
+  gigpo._check_int("num_groups", num_groups)
+  gigpo._check_int("num_rollouts", num_rollouts)
+  gigpo._check_int("max_turns", max_turns)
+  gigpo.check_rows([rewards], [group_ids, rollout_ids, turn_ids], mask)
+  chex.assert_rank([success, lengths], 1)
+  chex.assert_equal_shape([rewards, success, lengths])
+  gigpo._check_range("group_ids", group_ids, num_groups)
+  gigpo._check_range("rollout_ids", rollout_ids, num_rollouts)
+  gigpo._check_range("turn_ids", turn_ids, max_turns)
+
+
+def _flag(x):
+  x = jnp.asarray(x)
+  return x if x.dtype == jnp.bool_ else x != 0
+
+
+def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, conditional=True):
+  """R_E of every row's rollout: 1[success] R / T_i, T_i = the rollout's number of real turn rows.
+
+  Source: SPEC.md "PlanPO" (trajectory level). Config key `planpo.conditional` (False: 1 / T_i for
+  every rollout, the length term of the unconditional ablation).
+
+  Args:
+    rewards: f32[R] the rollout's outcome reward R (e.g. 10 on success) on each of its rows.
+    success: bool[R] (or nonzero) whether the rollout succeeded, on each of its rows.
+    rollout_ids: i32[R] in [0, num_rollouts).
+    num_rollouts: static int.
+    mask: optional bool[R]. Masked entries of rewards may hold NaN or inf.
+    conditional: static bool.
+
+  Returns:
+    f32[R] R_E per row (reward units per turn), 0 at masked rows.
+  """
+  dtype = _float_dtype(rewards)
+  valid = _as_valid(mask, rewards)
+  _, turns = gigpo.rollout_table(jnp.zeros(jnp.shape(rewards), dtype), rollout_ids,
+                                 num_rollouts=num_rollouts, mask=valid)
+  t_i = _gather(turns, rollout_ids)
+  if conditional:
+    num = jnp.where(valid & _flag(success), jnp.asarray(rewards, dtype), 0.0)
+  else:
+    num = jnp.where(valid, 1.0, 0.0).astype(dtype)
+  return jnp.where(valid, _safe_div(num, t_i), 0.0)
+
+
+def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_groups, num_rollouts,
+                          mask=None, stats_over="rollouts", norm="std", eps=1e-6, ddof=1,
+                          conditional=True):
+  """A_E: R_E = 1[i in G_x] R(tau_i) / T_i normalised over the task's rollouts.
+
+  A_E(tau_i) = (R_E(tau_i) - mean_x R_E) / F_norm, F_norm = std_x + eps (norm 'std') or 1 ('none');
+  statistics over the task's rollouts ('rollouts') or its turn rows ('turns'). A task whose rollouts
+  all fail gets exactly 0; with exactly one success A_E equals GRPO's advantage of R (up to eps, the
+  scale of R_E cancelling); every success gets a larger A_E than every failure of its task.
+  Config keys `planpo.stats_over`, `planpo.norm`, `planpo.eps`, `planpo.ddof`, `planpo.conditional`
+  (see the module docstring; conditional = False gives GRPO(R) + GRPO(1 / T_i)).
+
+  Args:
+    rewards: f32[R]; success: bool[R]; group_ids, rollout_ids: i32[R] (module docstring).
+    num_groups, num_rollouts: static ints.
+    mask: optional bool[R].
+    stats_over, norm, eps, ddof, conditional: as above (static except eps).
+
+  Returns:
+    f32[R] A_E per row (dimensionless for norm 'std'), 0 at masked rows.
+
+  Raises:
+    ValueError: bad static ints or switches; ids out of range (only when concrete).
+    AssertionError: wrong rank, shape or dtype (at trace time).
+  """
+  kw = dict(num_groups=num_groups, num_rollouts=num_rollouts, mask=mask, stats_over=stats_over,
+            norm=norm, eps=eps, ddof=ddof)
+  gigpo._check_choice("stats_over", stats_over, gigpo.STATS_OVER, "planpo.stats_over")
+  gigpo._check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
+  r_e = episode_rewards(rewards, success, rollout_ids, num_rollouts=num_rollouts, mask=mask,
+                        conditional=conditional)
+  a_e = gigpo.episode_advantages(r_e, group_ids, rollout_ids, **kw)
+  if not conditional:
+    a_e = a_e + gigpo.episode_advantages(rewards, group_ids, rollout_ids, **kw)
+  return a_e
+
+
+def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_groups, max_turns,
+                        mask=None, step_grouping="turn", norm="std", eps=1e-6, ddof=1,
+                        conditional=True):
+  """A_S: R_S = 1[i in G_x] R(tau_i) / L_{i,t} normalised within the response groups.
+
+  step_grouping 'turn' (Eq. 4): one group per (task, turn index t) holding every rollout still active
+    at t; failures are members with R_S = 0, so they sit below every success at that turn. A turn
+    group with no successful rollout is constant and gets exactly 0.
+  step_grouping 'success' (the prose): one group per task holding every response of its successful
+    rollouts; responses of failed rollouts get 0. Fewer than two successful responses, or all of
+    equal length, give exactly 0.
+  A_S = (R_S - mean) / F_norm within the group, F_norm = std + eps or 1. Rows with L <= 0 are in no
+  group and get 0. Config keys `planpo.step_grouping`, `planpo.norm`, `planpo.eps`, `planpo.ddof`,
+  `planpo.conditional` (False: R_S = 1 / L for every response, failures included).
+
+  Args:
+    rewards: f32[R]; success: bool[R]; group_ids, turn_ids: i32[R] (module docstring).
+    lengths: i32[R] or f32[R] L_{i,t}, the number of the policy's own tokens in the response.
+    num_groups, max_turns: static ints.
+    mask: optional bool[R].
+    step_grouping, norm, eps, ddof, conditional: as above (static except eps).
+
+  Returns:
+    f32[R] A_S per row, 0 at masked rows.
+
+  Raises:
+    ValueError: bad static ints or switches; ids out of range (only when concrete).
+    AssertionError: wrong rank, shape or dtype (at trace time).
+  """
+  gigpo._check_choice("step_grouping", step_grouping, STEP_GROUPINGS, "planpo.step_grouping")
+  gigpo._check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
+  gigpo._check_int("num_groups", num_groups)
+  gigpo._check_int("max_turns", max_turns)
+  gigpo.check_rows([rewards], [group_ids, turn_ids], mask)
+  chex.assert_equal_shape([rewards, success, lengths])
+  gigpo._check_range("turn_ids", turn_ids, max_turns)
+  dtype = _float_dtype(rewards)
+  valid = _as_valid(mask, rewards)
+  length = jnp.where(valid, jnp.asarray(lengths, dtype), 0.0)
+  ok = _flag(success) if conditional else jnp.ones(jnp.shape(valid), bool)
+  member = valid & (length > 0)
+  if step_grouping == "turn":
+    gid = group_ids * max_turns + turn_ids
+    num = num_groups * max_turns
+  else:
+    member = member & ok
+    gid, num = group_ids, num_groups
+  numer = jnp.asarray(rewards, dtype) if conditional else jnp.ones(jnp.shape(length), dtype)
+  r_s = jnp.where(member & ok, _safe_div(jnp.where(member & ok, numer, 0.0), length), 0.0)
+  if norm == "std":
+    return estimators.grpo_advantages(r_s, gid, num_groups=num, mask=member, eps=eps, ddof=ddof)
+  return estimators.drgrpo_advantages(r_s, gid, num_groups=num, mask=member)
+
+
+def planpo_advantages(rewards, success, lengths, group_ids, rollout_ids, turn_ids, *, num_groups,
+                      num_rollouts, max_turns, alpha, mask=None, step_grouping="turn",
+                      stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True):
+  """PlanPO token advantage of every turn row: A = A_E + alpha(k) A_S.
+
+  A_E: `trajectory_advantages`; A_S: `response_advantages`; alpha = alpha(k) from
+  `planpo.schedule.alpha_schedule` (the published 0.1 -> 0.05). The row's advantage is shared by
+  every token of its response. Defaults: step_grouping 'turn' (Eq. 4), stats_over 'rollouts' (the
+  paper's equation), norm 'std', eps 1e-6, ddof 1, conditional True. Config keys
+  `planpo.step_grouping`, `planpo.stats_over`, `planpo.norm`, `planpo.eps`, `planpo.ddof`,
+  `planpo.conditional`. The ablations: without A_S is alpha = 0; without A_E is the `step` field
+  times alpha; constant alpha is alpha_init = alpha_final.
+  Source: SPEC.md "PlanPO" (token advantage).
+
+  Args:
+    rewards: f32[R] the rollout's outcome reward on each of its rows (masked: NaN/inf allowed).
+    success: bool[R] (or nonzero) the rollout's success on each of its rows.
+    lengths: i32[R] or f32[R] policy tokens of the row's response.
+    group_ids, rollout_ids, turn_ids: i32[R] (module docstring of `common/gigpo.py`).
+    num_groups, num_rollouts, max_turns: static ints.
+    alpha: f32[] or float, the weight of A_S (may be traced).
+    mask: optional bool[R] real rows.
+    step_grouping, stats_over, norm, eps, ddof, conditional: see the module docstring.
+
+  Returns:
+    PlanPOAdvantages(advantages, episode, step), each f32[R], 0 at masked rows.
+
+  Raises:
+    ValueError: bad static ints or switches; ids out of range (only when concrete).
+    AssertionError: wrong rank, shape or dtype (at trace time).
+  """
+  _checks(rewards, success, lengths, group_ids, rollout_ids, turn_ids, mask, num_groups,
+          num_rollouts, max_turns)
+  a_e = trajectory_advantages(rewards, success, group_ids, rollout_ids, num_groups=num_groups,
+                              num_rollouts=num_rollouts, mask=mask, stats_over=stats_over,
+                              norm=norm, eps=eps, ddof=ddof, conditional=conditional)
+  a_s = response_advantages(rewards, success, lengths, group_ids, turn_ids, num_groups=num_groups,
+                            max_turns=max_turns, mask=mask, step_grouping=step_grouping, norm=norm,
+                            eps=eps, ddof=ddof, conditional=conditional)
+  alpha = jnp.asarray(alpha, a_e.dtype)
+  return PlanPOAdvantages(advantages=a_e + alpha * a_s, episode=a_e, step=a_s)

@@ -1,0 +1,127 @@
+"""ProgAgent's GSPO rollouts through the common multi-turn driver (common.rollout.RolloutDriver).
+
+  pool = make_pool(config, num_workers, cache_dir=...)        # WorkerPool.local of progagent.ptc_env.ProgEnv
+  trajs = run_rollouts(pool, LMSampler(params, model, key=key, ...), chat, task_ids, config=config, seed=s)
+  pool.close()
+
+The environments are ProgEnv workers of the configured harness (`mode`: 'ptc' by default, 'dtc', 'hybrid')
+and program runtime (`runtime`: 'sandboxed' = the sandboxed IPython kernel of progagent.runtime, 'inprocess'
+= trusted smoke runs only), held in-process by common.env_pool.WorkerPool.local. The driver renders the
+prompt and every observation with the policy's common.chat.ChatTemplate (native tool-call format), batches the
+policy across episodes, and records token-in/token-out trajectories (common.trajectory). The policy is
+LMSampler (common.lm.sampler): common.lm.sampling.generate over the episodes' left-padded contexts.
+
+Every episode ends as 'done' (an answer was submitted, or a reply had no tool call), 'turn_limit'
+(`env.max_turns` replies), 'length_limit' (`env.max_context_tokens`) or 'env_error' (the program runtime or
+the environment failed); a reply cut by `env.max_response_tokens` is kept (its tokens are the policy's) and the
+episode goes on. Reward = the verifier R in {0, 1} (ProgEnv's info['reward']); 0 after an env_error.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+
+from common import chat as chat_lib
+from common import env_pool
+from common import rollout as rollout_lib
+from common import trajectory as traj_lib
+from common.lm.sampler import LMSampler  # noqa: F401  (moved to common; re-exported)
+from progagent import harness
+from progagent import ptc_env
+
+# Seconds one environment step may take: a program (ProgEnv's own limit, 120 s) plus a kernel start under load.
+STEP_TIMEOUT_S = 600.0
+
+
+def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_pool.WorkerPool:
+  """A WorkerPool.local of `num_workers` ProgEnv environments (each on its own thread) of the config's harness
+  (`mode`) and runtime (`runtime`: 'sandboxed' -> ProgEnv runtime 'kernel'), at level `env.scale`; cache_dir:
+  the environments' generated-state cache."""
+  factory = functools.partial(ptc_env.ProgEnv, mode=config.mode,
+                              runtime="kernel" if config.runtime == "sandboxed" else "inprocess",
+                              scale=config.env.scale, cache_dir=cache_dir)
+  return env_pool.WorkerPool.local(factory, num_workers, step_timeout_s=STEP_TIMEOUT_S)
+
+
+def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:
+  """The driver settings: G = `gspo.rollouts_per_task`, limits `env.max_turns`, `env.max_context_tokens`,
+  `env.max_response_tokens`, `env.max_observation_chars`; every episode resets with `seed` (the G rollouts of
+  a task share its instance); a reply without a tool call ends the episode; a cut reply continues."""
+  e = config.env
+  return rollout_lib.RolloutConfig(group_size=config.gspo.rollouts_per_task, max_turns=e.max_turns,
+                                   max_context_tokens=e.max_context_tokens, max_response_tokens=e.max_response_tokens,
+                                   max_observation_chars=e.max_observation_chars, seed=seed, seed_mode="fixed",
+                                   stop_on_no_call=True, on_truncated_response="continue",
+                                   step_timeout_s=STEP_TIMEOUT_S)
+
+
+def run_rollouts(pool: env_pool.WorkerPool, sampler: rollout_lib.Policy, chat: chat_lib.ChatTemplate,
+                 task_ids: Sequence[str], *, config, seed: int) -> list[traj_lib.Trajectory]:
+  """G = gspo.rollouts_per_task rollouts of every task through the common driver (module docstring).
+
+  The system message is the harness's (progagent.harness.system_prompt of `mode`), as in the SFT data.
+  Reward: the verifier R that ProgEnv reports when the episode is done; an episode that ended otherwise
+  (no tool call, turn or context limit) is verified on its final state (ProgEnv.verify: a task whose check is
+  on the state can pass without an answer); 0 after an env_error.
+  Returns:
+    Trajectories ordered by (task, sample); group = the task's index in task_ids.
+  """
+  driver = None
+
+  def reward(t: traj_lib.Trajectory) -> float:
+    if "reward" in t.final_info:
+      return float(t.final_info["reward"])
+    worker = driver.worker_for(t.episode)
+    return float(worker.query("verify")) if worker is not None and t.initial_observation else 0.0
+
+  driver = rollout_lib.RolloutDriver(pool, sampler, chat, config=driver_config(config, seed=seed),
+                                     reward_fn=reward, system_prompt=harness.system_prompt(config.mode))
+  return driver.run(list(task_ids))
+
+
+def episode_stats(t: traj_lib.Trajectory) -> dict:
+  """One rollout's accounting, in tokens of the policy's tokenizer (the fields of progagent.harness's
+  EpisodeStats, counted on the trajectory).
+
+  turns; tool_calls / tool_errors (task-tool calls, those made inside programs included: ProgEnv's info);
+  parse_errors (unreadable replies, and calls ProgEnv refused as malformed: status 'invalid');
+  program_errors (programs that raised: info['program_error']); errors (their sum); context_tokens (the
+  whole trajectory); action_tokens (the policy's tokens); observation_tokens (prompt tokens after the first
+  prompt); cut_responses (replies cut by env.max_response_tokens: Turn.truncated).
+  """
+  st = {"turns": t.num_turns,
+        "tool_calls": max([int(tn.info.get("tool_calls", 0)) for tn in t.turns] + [0]),
+        "tool_errors": max([int(tn.info.get("tool_errors", 0)) for tn in t.turns] + [0]),
+        "parse_errors": sum(tn.status in ("parse_error", "invalid") for tn in t.turns),
+        "program_errors": sum(bool(tn.info.get("program_error")) for tn in t.turns),
+        "context_tokens": int(sum(len(tn.prompt_ids) + len(tn.response_ids) for tn in t.turns)),
+        "action_tokens": int(sum(len(tn.response_ids) for tn in t.turns)),
+        "observation_tokens": int(sum(len(tn.prompt_ids) for tn in t.turns[1:])),
+        "cut_responses": sum(bool(tn.truncated) for tn in t.turns)}
+  st["errors"] = st["tool_errors"] + st["parse_errors"] + st["program_errors"]
+  return st
+
+
+def rollout_metrics(trajs: Sequence[traj_lib.Trajectory]) -> dict:
+  """gspo/reward (mean), rollout/<stat> means over rollouts (episode_stats), rollout/term_<termination>
+  fractions (common.trajectory.TERMINATIONS)."""
+  stats = [episode_stats(t) for t in trajs]
+  row = {"gspo/reward": float(np.mean([t.reward for t in trajs]))}
+  for f in ("turns", "tool_calls", "tool_errors", "parse_errors", "program_errors", "errors", "context_tokens",
+            "action_tokens", "observation_tokens", "cut_responses"):
+    row[f"rollout/{f}"] = float(np.mean([s[f] for s in stats]))
+  for term in traj_lib.TERMINATIONS:
+    row[f"rollout/term_{term}"] = float(np.mean([t.termination == term for t in trajs]))
+  return row
+
+
+def rollout_rows(step: int, trajs: Sequence[traj_lib.Trajectory]) -> list[dict]:
+  """gspo/rollouts.jsonl rows: each rollout's texts (observations cut to 2,000 characters) and accounting."""
+  return [{"step": step, "task_id": t.task_id, "group": t.group, "sample": t.sample, "seed": t.seed,
+           "reward": t.reward, "termination": t.termination, "error": t.error,
+           "stats": episode_stats(t),
+           "turns": [{"response": tn.response_text, "observation": tn.observation[:2000], "status": tn.status}
+                     for tn in t.turns]} for t in trajs]

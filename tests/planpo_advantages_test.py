@@ -1,0 +1,465 @@
+"""Tests for planpo/advantages.py, planpo/schedule.py and planpo/objective.py."""
+import functools
+import inspect
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest, parameterized
+
+from common import estimators
+from common import losses
+from common import sharding
+from planpo import advantages as planpo_adv
+from planpo import objective
+from planpo import schedule
+
+RTOL = ATOL = 1e-5
+
+
+# -------------------------------------------------------------------------------------------------
+# float64 NumPy references, written as plain loops (the first four as in tests/gigpo_test.py).
+
+
+def ref_normalise(values, norm, eps, ddof):
+  """Group normalisation of a list of floats; constant groups and groups of one give 0."""
+  n = len(values)
+  if n <= 1 or len(set(values)) == 1:
+    return [0.0] * n
+  mean = sum(values) / n
+  if norm == "none":
+    return [v - mean for v in values]
+  std = np.sqrt(sum((v - mean) ** 2 for v in values) / (n - ddof)) if n > ddof else 0.0
+  return [(v - mean) / (std + eps) for v in values]
+
+
+def ref_turns(rollout, mask):
+  turns = {}
+  for r in range(len(rollout)):
+    if mask[r]:
+      turns[rollout[r]] = turns.get(rollout[r], 0) + 1
+  return turns
+
+
+def ref_episode(values, group, rollout, mask, stats_over, norm, eps, ddof):
+  """values: per-row (constant within a rollout)."""
+  out = np.zeros(len(values))
+  for g in set(group.tolist()):
+    if stats_over == "turns":
+      rows = [r for r in range(len(values)) if mask[r] and group[r] == g]
+      adv = ref_normalise([float(values[r]) for r in rows], norm, eps, ddof)
+      for r, a in zip(rows, adv):
+        out[r] = a
+    else:
+      rolls = sorted({int(rollout[r]) for r in range(len(values)) if mask[r] and group[r] == g})
+      vals = [float(values[[r for r in range(len(values)) if mask[r] and rollout[r] == j][0]])
+              for j in rolls]
+      adv = dict(zip(rolls, ref_normalise(vals, norm, eps, ddof)))
+      for r in range(len(values)):
+        if mask[r] and group[r] == g:
+          out[r] = adv[int(rollout[r])]
+  return out
+
+
+def random_rows(seed, num_groups=4, per_group=4, max_turns=6, masked_fraction=0.15, pad=5,
+                num_anchors=4):
+  """Shuffled per-turn rows of num_groups * per_group rollouts, some rows masked, `pad` padding rows."""
+  rng = np.random.default_rng(seed)
+  rows = []
+  rollout = 0
+  for g in range(num_groups):
+    for _ in range(per_group):
+      n = int(rng.integers(1, max_turns + 1))
+      win = bool(rng.random() < 0.5)
+      score = float(rng.integers(0, 3)) if not win else 10.0
+      for t in range(n):
+        step_r = (10.0 if (win and t == n - 1) else 0.0) - (0.1 if rng.random() < 0.2 else 0.0)
+        rows.append(dict(g=g, i=rollout, t=t, ep=score, win=win, step=step_r,
+                         length=int(rng.integers(0, 40)), anchor=f"obs{rng.integers(num_anchors)}",
+                         m=bool(rng.random() >= masked_fraction)))
+      rollout += 1
+  for _ in range(pad):
+    rows.append(dict(g=0, i=0, t=0, ep=np.nan, win=True, step=np.inf, length=7, anchor="pad", m=False))
+  rng.shuffle(rows)
+  col = lambda k, dt: np.array([row[k] for row in rows], dt)
+  return dict(group=col("g", np.int32), rollout=col("i", np.int32), turn=col("t", np.int32),
+              ep=col("ep", np.float32), win=col("win", bool), step=col("step", np.float32),
+              length=col("length", np.int32), anchor=[row["anchor"] for row in rows],
+              mask=col("m", bool), num_groups=num_groups, num_rollouts=rollout, max_turns=max_turns)
+
+
+
+def ref_planpo(rewards, success, lengths, group, rollout, turn, mask, *, alpha, step_grouping="turn",
+               stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True):
+  n = len(rewards)
+  turns = ref_turns(rollout, mask)
+  ok = [bool(success[r]) if conditional else True for r in range(n)]
+  if conditional:
+    r_e = [float(rewards[r]) / turns[rollout[r]] if mask[r] and ok[r] else 0.0 for r in range(n)]
+  else:
+    r_e = [1.0 / turns[rollout[r]] if mask[r] else 0.0 for r in range(n)]
+  a_e = ref_episode(np.array(r_e), group, rollout, mask, stats_over, norm, eps, ddof)
+  if not conditional:
+    a_e = a_e + ref_episode(np.where(mask, rewards, 0.0), group, rollout, mask, stats_over, norm,
+                            eps, ddof)
+  member = [bool(mask[r]) and lengths[r] > 0 for r in range(n)]
+  if step_grouping == "success":
+    member = [member[r] and ok[r] for r in range(n)]
+  key = [(int(group[r]), int(turn[r])) if step_grouping == "turn" else int(group[r])
+         for r in range(n)]
+  r_s = [0.0] * n
+  for r in range(n):
+    if member[r] and ok[r]:
+      r_s[r] = (float(rewards[r]) if conditional else 1.0) / float(lengths[r])
+  a_s = np.zeros(n)
+  for k in {key[r] for r in range(n) if member[r]}:
+    rows = [r for r in range(n) if member[r] and key[r] == k]
+    for r, a in zip(rows, ref_normalise([r_s[r] for r in rows], norm, eps, ddof)):
+      a_s[r] = a
+  return a_e + alpha * a_s, a_e, a_s
+
+
+def rows_of(turns, success, lengths=None, reward=1.0, group=None):
+  """Rows of rollouts with the given turn counts and success flags (rollout i = i-th entry)."""
+  rollout = np.repeat(np.arange(len(turns)), turns).astype(np.int32)
+  turn = np.concatenate([np.arange(t) for t in turns]).astype(np.int32)
+  succ = np.asarray(success, bool)[rollout]
+  rewards = np.where(succ, reward, 0.0).astype(np.float32)
+  if lengths is None:
+    lengths = np.full(len(rollout), 10, np.int32)
+  group = np.zeros(len(rollout), np.int32) if group is None else np.asarray(group, np.int32)[rollout]
+  return dict(rewards=rewards, success=succ, lengths=np.asarray(lengths, np.int32), group=group,
+              rollout=rollout, turn=turn, num_rollouts=len(turns), max_turns=int(max(turns)))
+
+
+def response_rows(rewards, success, lengths, group, rollout, turn, *, num_groups, num_rollouts,
+                  max_turns, **kw):
+  del rollout, num_rollouts
+  return planpo_adv.response_advantages(rewards, success, lengths, group, turn,
+                                        num_groups=num_groups, max_turns=max_turns, **kw)
+
+
+def call(fn, b, **kw):
+  return call_v(lambda f: f, fn, b, **kw)
+
+
+def call_v(variant, fn, b, **kw):
+  """fn on the rows of `b`, its static arguments bound, through a chex variant."""
+  f = variant(functools.partial(fn, num_groups=int(b["group"].max()) + 1,
+                                num_rollouts=b["num_rollouts"], max_turns=b["max_turns"], **kw))
+  return f(b["rewards"], b["success"], b["lengths"], b["group"], b["rollout"], b["turn"])
+
+
+SWITCHES = dict(step_grouping=("turn", "success"), stats_over=("rollouts", "turns"),
+                norm=("std", "none"))
+
+
+class PlanPOAdvantagesTest(parameterized.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(conditional=(True, False), **SWITCHES)
+  def test_matches_numpy_loop(self, step_grouping, stats_over, norm, conditional):
+    ddof = 1 if conditional else 0  # both stds (tests/gigpo_test.py covers ddof more)
+    b = random_rows(4)
+    rewards = np.where(b["win"], b["ep"], 0.0).astype(np.float32)
+    rewards[~b["mask"]] = np.nan  # masked rows may hold NaN
+    kw = dict(step_grouping=step_grouping, stats_over=stats_over, norm=norm, ddof=ddof,
+              conditional=conditional)
+    fn = self.variant(functools.partial(
+        planpo_adv.planpo_advantages, num_groups=b["num_groups"], num_rollouts=b["num_rollouts"],
+        max_turns=b["max_turns"], alpha=0.1, **kw))
+    got = fn(rewards, b["win"], b["length"], b["group"], b["rollout"], b["turn"], mask=b["mask"])
+    want = ref_planpo(np.nan_to_num(rewards), b["win"], b["length"], b["group"], b["rollout"],
+                      b["turn"], b["mask"], alpha=0.1, **kw)
+    for g, w in zip(got, want):
+      chex.assert_type(g, jnp.float32)
+      np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+      self.assertTrue(np.all(np.asarray(g)[~b["mask"]] == 0.0))
+
+  # --- Cases that must hold (issue 10), exact values. ---
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(**SWITCHES)
+  def test_correct_long_trajectory_never_below_wrong_short_one(self, step_grouping, stats_over,
+                                                               norm):
+    # Lengths 100 and 500 succeed, a length-100 rollout fails; response lengths vary (20..59 tokens).
+    lengths = 20 + (np.arange(700) * 7) % 40
+    b = rows_of([100, 500, 100], [True, True, False], lengths=lengths)
+    fn = (functools.partial(call_v, self.variant, planpo_adv.planpo_advantages, alpha=0.1,
+                                        step_grouping=step_grouping, stats_over=stats_over,
+                                        norm=norm))
+    out = fn(b)
+    fail = b["rollout"] == 2
+    for a in (out.episode, out.advantages):
+      a = np.asarray(a)
+      self.assertGreater(a[~fail].min(), a[fail].max())
+    e = np.asarray(out.episode)
+    self.assertGreater(e[b["rollout"] == 0][0], e[b["rollout"] == 1][0])
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters("rollouts", "turns")
+  def test_one_success_gives_grpo_advantage(self, stats_over):
+    b = rows_of([3, 7, 2, 5, 4, 6, 1, 2], [False, False, True, False, False, False, False, False],
+                reward=10.0)
+    fn = (functools.partial(call_v, self.variant, planpo_adv.planpo_advantages, alpha=0.1, eps=0.0,
+                                        stats_over=stats_over))
+    got = np.asarray(fn(b).episode)
+    if stats_over == "rollouts":
+      per_rollout = np.array([0, 0, 10, 0, 0, 0, 0, 0], np.float32)
+      want = np.asarray(estimators.grpo_advantages(per_rollout, np.zeros(8, np.int32), num_groups=1,
+                                                   eps=0.0, ddof=1))[b["rollout"]]
+    else:
+      want = estimators.grpo_advantages(b["rewards"], b["group"], num_groups=1, eps=0.0, ddof=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(**SWITCHES)
+  def test_five_turn_success_beats_ten_turn_success(self, step_grouping, stats_over, norm):
+    b = rows_of([5, 10, 3, 8, 12, 4, 6, 9], [True, True] + [False] * 6)
+    fn = (functools.partial(call_v, self.variant, planpo_adv.planpo_advantages, alpha=0.1,
+                                        step_grouping=step_grouping, stats_over=stats_over,
+                                        norm=norm))
+    e = np.asarray(fn(b).episode)
+    first = [e[b["rollout"] == i][0] for i in range(8)]
+    self.assertGreater(first[0], first[1])
+    self.assertGreater(first[1], max(first[2:]))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_success_reading_fewer_than_two_or_equal_lengths_give_zero(self):
+    fn = (functools.partial(call_v, self.variant, response_rows,
+                                        step_grouping="success"))
+    # One successful response (a 1-turn success), failures with varied lengths.
+    b = rows_of([1, 3, 2], [True, False, False], lengths=[10, 5, 20, 40, 7, 9])
+    np.testing.assert_array_equal(fn(b), np.zeros(6, np.float32))
+    # Two successful rollouts, every response 17 tokens: all equal.
+    b = rows_of([2, 3, 2], [True, True, False], lengths=[17, 17, 17, 17, 17, 3, 90])
+    np.testing.assert_array_equal(fn(b), np.zeros(7, np.float32))
+    # Failures always get 0 in this reading; successes do not when lengths differ.
+    b = rows_of([2, 3], [True, False], lengths=[10, 30, 5, 6, 7])
+    got = np.asarray(fn(b))
+    np.testing.assert_array_equal(got[2:], 0.0)
+    self.assertGreater(got[0], 0.0)
+    self.assertLess(got[1], 0.0)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_turn_reading_turn_group_without_success_gives_zero(self):
+    # The success has 2 turns; failures run 4 turns: turn groups 2 and 3 hold only failures.
+    b = rows_of([2, 4, 4], [True, False, False], lengths=[10, 20, 5, 6, 7, 8, 9, 11, 12, 13])
+    fn = (functools.partial(call_v, self.variant, response_rows,
+                                        step_grouping="turn"))
+    got = np.asarray(fn(b))
+    late = b["turn"] >= 2
+    np.testing.assert_array_equal(got[late], 0.0)
+    early = ~late
+    succ = b["success"]
+    # At turns 0 and 1 the success is above both failures (R_S = 0 for failures).
+    for t in (0, 1):
+      at = b["turn"] == t
+      self.assertGreater(got[at & succ].min(), got[at & ~succ].max())
+    self.assertTrue(np.all(got[early] != 0.0))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(conditional=(True,), **SWITCHES)
+  def test_all_fail_group_is_zero_everywhere(self, step_grouping, stats_over, norm, conditional):
+    # Task 0: all four rollouts fail; task 1 has successes (its values must not leak into task 0).
+    b = rows_of([3, 1, 4, 2, 2, 5, 3], [False] * 4 + [True, True, False],
+                lengths=np.arange(1, 21), group=[0, 0, 0, 0, 1, 1, 1])
+    fn = (functools.partial(call_v, self.variant, planpo_adv.planpo_advantages, alpha=0.1,
+                                        step_grouping=step_grouping, stats_over=stats_over,
+                                        norm=norm, conditional=conditional))
+    out = fn(b)
+    task0 = b["group"] == 0
+    for a in out:
+      np.testing.assert_array_equal(np.asarray(a)[task0], 0.0)
+    self.assertTrue(np.any(np.asarray(out.advantages)[~task0] != 0.0))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_zero_length_response_is_in_no_group(self):
+    b = rows_of([2, 2], [True, True], lengths=[0, 10, 20, 10])
+    fn = (functools.partial(call_v, self.variant, response_rows,
+                                        step_grouping="success"))
+    got = np.asarray(fn(b))
+    self.assertEqual(got[0], 0.0)
+    want = ref_normalise([1 / 10, 1 / 20, 1 / 10], "std", 1e-6, 1)
+    np.testing.assert_allclose(got[1:], want, rtol=1e-6)
+
+  def test_alpha_weights_the_step_advantage(self):
+    b = rows_of([2, 3, 2], [True, True, False], lengths=[3, 9, 4, 5, 6, 7, 8])
+    out0 = call(planpo_adv.planpo_advantages, b, alpha=0.0)
+    out1 = call(planpo_adv.planpo_advantages, b, alpha=jnp.float32(0.25))
+    np.testing.assert_array_equal(out0.advantages, out0.episode)
+    np.testing.assert_allclose(out1.advantages, out1.episode + 0.25 * out1.step, rtol=1e-6)
+
+  def test_defaults_are_documented(self):
+    p = inspect.signature(planpo_adv.planpo_advantages).parameters
+    self.assertEqual((p["step_grouping"].default, p["stats_over"].default, p["norm"].default,
+                      p["eps"].default, p["ddof"].default, p["conditional"].default),
+                     ("turn", "rollouts", "std", 1e-6, 1, True))
+    doc = planpo_adv.__doc__
+    for key in ("planpo.step_grouping", "planpo.stats_over", "planpo.norm", "planpo.eps",
+                "planpo.ddof", "planpo.conditional"):
+      self.assertIn(key, doc)
+
+  def test_bad_inputs_raise_clear_errors(self):
+    b = rows_of([2, 1], [True, False])
+    with self.assertRaisesRegex(ValueError, "'turn', 'success'.*planpo.step_grouping"):
+      call(planpo_adv.planpo_advantages, b, alpha=0.1, step_grouping="response")
+    with self.assertRaisesRegex(ValueError, "planpo.stats_over"):
+      call(planpo_adv.planpo_advantages, b, alpha=0.1, stats_over="rows")
+    with self.assertRaisesRegex(ValueError, "planpo.norm"):
+      call(planpo_adv.planpo_advantages, b, alpha=0.1, norm="mad")
+    bad = dict(b, rollout=np.array([0, 0, 5], np.int32))
+    with self.assertRaisesRegex(ValueError, r"rollout_ids must lie in \[0, 2\)"):
+      call(planpo_adv.planpo_advantages, bad, alpha=0.1)
+    with self.assertRaises(AssertionError):  # lengths of the wrong shape
+      call(planpo_adv.planpo_advantages, dict(b, lengths=np.ones(2, np.int32)), alpha=0.1)
+
+  def test_no_retrace_for_new_values_of_the_same_shape(self):
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(r, s, l, g, i, t, m, alpha):
+      return planpo_adv.planpo_advantages(r, s, l, g, i, t, num_groups=4, num_rollouts=16,
+                                          max_turns=6, alpha=alpha, mask=m)
+
+    for seed in range(3):
+      b = random_rows(seed, pad=0)
+      k = slice(0, 30)
+      step(np.where(b["win"], b["ep"], 0.0)[k].astype(np.float32), b["win"][k], b["length"][k],
+           b["group"][k], b["rollout"][k], b["turn"][k], b["mask"][k],
+           jnp.float32(0.1 - 0.01 * seed)).advantages.block_until_ready()
+
+
+class ShardedPlanPOTest(parameterized.TestCase):
+
+  @parameterized.parameters("auto", "explicit")
+  def test_sharded_rows_match_unsharded(self, axis_types):
+    self.assertGreaterEqual(jax.device_count(), 8, "tests/conftest.py must give 8 CPU devices")
+    mesh = sharding.make_mesh((8,), ("data",), axis_types=axis_types)
+    b = random_rows(5, pad=3)
+    n = (len(b["ep"]) // 8) * 8
+    a = {"r": np.where(b["win"], b["ep"], 0.0).astype(np.float32), "s": b["win"],
+         "l": b["length"], "g": b["group"], "i": b["rollout"], "t": b["turn"], "m": b["mask"]}
+    a = {k: v[:n] for k, v in a.items()}
+
+    @jax.jit
+    def fn(x):
+      return {sg + "/" + so: planpo_adv.planpo_advantages(
+          x["r"], x["s"], x["l"], x["g"], x["i"], x["t"], num_groups=b["num_groups"],
+          num_rollouts=b["num_rollouts"], max_turns=b["max_turns"], alpha=0.1, mask=x["m"],
+          step_grouping=sg, stats_over=so)
+              for sg in ("turn", "success") for so in ("rollouts", "turns")}
+
+    want = fn(a)
+    batch = sharding.shard_batch(a, mesh)
+    self.assertEqual(len(batch["r"].sharding.device_set), 8)
+    with jax.set_mesh(mesh):
+      got = fn(batch)
+    chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+class AlphaScheduleTest(parameterized.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters((0.1, 0.05, 150), (0.05, 0.025, 200))
+  def test_linear_decay(self, alpha_init, alpha_final, steps):
+    fn = self.variant(functools.partial(schedule.alpha_schedule, alpha_init=alpha_init,
+                                        alpha_final=alpha_final, decay_steps=steps))
+    for k, want in ((0, alpha_init), (steps // 2, (alpha_init + alpha_final) / 2),
+                    (steps, alpha_final), (3 * steps, alpha_final), (-5, alpha_init)):
+      np.testing.assert_allclose(fn(jnp.int32(k)), want, rtol=1e-6)
+    np.testing.assert_allclose(fn(jnp.int32(1)), alpha_init - (alpha_init - alpha_final) / steps,
+                               rtol=1e-6)
+
+  def test_constant_and_zero_alpha(self):
+    self.assertEqual(float(schedule.alpha_schedule(40, alpha_init=0.1, alpha_final=0.1,
+                                                   decay_steps=150)), np.float32(0.1))
+    self.assertEqual(float(schedule.alpha_schedule(40, alpha_init=0.0, alpha_final=0.0,
+                                                   decay_steps=150)), 0.0)
+
+  def test_bad_bounds(self):
+    with self.assertRaisesRegex(ValueError, "alpha_final <= alpha_init"):
+      schedule.alpha_schedule(0, alpha_init=0.05, alpha_final=0.1, decay_steps=10)
+    with self.assertRaisesRegex(ValueError, "alpha_final <= alpha_init <= 1"):
+      schedule.alpha_schedule(0, alpha_init=1.5, alpha_final=0.1, decay_steps=10)
+    with self.assertRaisesRegex(ValueError, "alpha_decay_steps"):
+      schedule.alpha_schedule(0, decay_steps=0)
+
+
+def ref_loss(logp_new, logp_old, logp_ref, adv, mask, clip, kl_coef):
+  """Token-mean clipped surrogate + kl_coef * token-mean k3, float64 loops."""
+  pg, kl, n = 0.0, 0.0, 0
+  for b in range(logp_new.shape[0]):
+    for t in range(logp_new.shape[1]):
+      if not mask[b, t]:
+        continue
+      r = np.exp(float(logp_new[b, t]) - float(logp_old[b, t]))
+      pg += -min(r * adv[b], np.clip(r, 1 - clip, 1 + clip) * adv[b])
+      d = float(logp_ref[b, t]) - float(logp_new[b, t])
+      kl += np.exp(d) - d - 1
+      n += 1
+  return pg / n + kl_coef * kl / n
+
+
+class ObjectiveTest(parameterized.TestCase):
+
+  def _batch(self, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (6, 9)
+    logp_old = rng.normal(-2.0, 0.5, shape).astype(np.float32)
+    logp_new = (logp_old + rng.normal(0, 0.3, shape)).astype(np.float32)
+    logp_ref = (logp_old + rng.normal(0, 0.2, shape)).astype(np.float32)
+    adv = rng.normal(size=6).astype(np.float32)
+    mask = rng.random(shape) < 0.7
+    mask[3] = False  # an all-padding row
+    return logp_new, logp_old, logp_ref, adv, mask
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(0.01, 1e-3, 0.0)
+  def test_matches_numpy_loop(self, kl_coef):
+    logp_new, logp_old, logp_ref, adv, mask = self._batch()
+    fn = self.variant(functools.partial(objective.policy_loss, kl_coef=kl_coef))
+    loss, metrics = fn(logp_new, logp_old, logp_ref, adv, mask)
+    np.testing.assert_allclose(loss, ref_loss(logp_new, logp_old, logp_ref, adv, mask, 0.2, kl_coef),
+                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(metrics["pg_loss"] + kl_coef * metrics["kl"], loss, rtol=1e-6)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_response_ratio_is_gspo(self):
+    logp_new, logp_old, logp_ref, adv, mask = self._batch(1)
+    fn = self.variant(functools.partial(objective.policy_loss, ratio="response", kl_coef=1e-3,
+                                        agg_mode="seq_mean_token_mean"))
+    loss, _ = fn(logp_new, logp_old, logp_ref, adv, mask)
+    pg, _ = losses.gspo_loss(logp_new, logp_old, adv, mask, clip_low=0.2, clip_high=0.2)
+    kl = losses.kl_penalty(logp_new, logp_ref, mask, agg_mode="seq_mean_token_mean")
+    np.testing.assert_allclose(loss, pg + 1e-3 * kl, rtol=1e-6)
+
+  def test_gradient_ignores_nan_in_padding(self):
+    logp_new, logp_old, logp_ref, adv, mask = self._batch(2)
+    dirty = logp_new.copy()
+    dirty[~mask] = np.nan
+    grad = jax.jit(jax.grad(lambda x: objective.policy_loss(x, logp_old, logp_ref, adv, mask)[0]))
+    g_clean, g_dirty = grad(logp_new), grad(dirty)
+    np.testing.assert_array_equal(g_clean, g_dirty)
+    np.testing.assert_array_equal(np.asarray(g_dirty)[~mask], 0.0)
+
+  def test_no_reference_policy(self):
+    logp_new, logp_old, _, adv, mask = self._batch()
+    loss, metrics = objective.policy_loss(logp_new, logp_old, None, adv, mask, kl_coef=0.0)
+    pg, _ = losses.clipped_surrogate_loss(logp_new, logp_old, adv, mask)
+    self.assertEqual(float(loss), float(pg))
+    self.assertEqual(float(metrics["kl"]), 0.0)
+    with self.assertRaisesRegex(ValueError, "planpo.kl_coef"):
+      objective.policy_loss(logp_new, logp_old, None, adv, mask)
+    with self.assertRaisesRegex(ValueError, "'token', 'response'"):
+      objective.policy_loss(logp_new, logp_old, None, adv, mask, kl_coef=0.0, ratio="seq")
+
+  def test_published_defaults(self):
+    p = inspect.signature(objective.policy_loss).parameters
+    self.assertEqual((p["clip_low"].default, p["clip_high"].default, p["kl_coef"].default,
+                      p["kl_estimator"].default, p["agg_mode"].default, p["ratio"].default),
+                     (0.2, 0.2, 0.01, "k3", "token_mean", "token"))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,117 @@
+"""Tests for planpo/train.py: the smoke config end to end, advantages on a mixed batch, resume.
+
+Needs a Java runtime and the `textworld-express` wheel (TextWorldExpress); skipped without them.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import numpy as np
+from absl.testing import absltest
+
+from configs import planpo_twx
+from planpo import train
+
+try:
+  import textworld_express  # noqa: F401
+  HAVE_TWX = shutil.which("java") is not None
+except ImportError:
+  HAVE_TWX = False
+
+
+def mixed_batch():
+  """One task, 4 rollouts: two wins (2 and 3 turns), two failures (2 and 4 turns); 16 rows, 5 padding."""
+  turns = [2, 3, 2, 4]
+  won = [True, True, False, False]
+  rows = {k: [] for k in ("group_ids", "rollout_ids", "turn", "episode_rewards", "success", "policy_tokens",
+                          "env_rewards", "penalties", "step_group_ids", "valid")}
+  for i, (n, w) in enumerate(zip(turns, won)):
+    for t in range(n):
+      rows["group_ids"].append(0)
+      rows["rollout_ids"].append(i)
+      rows["turn"].append(t)
+      rows["episode_rewards"].append(10.0 if w else 0.0)
+      rows["success"].append(w)
+      rows["policy_tokens"].append(10 + 7 * i + 3 * t)
+      rows["env_rewards"].append(1.0 if (w and t == n - 1) else 0.0)
+      rows["penalties"].append(0.0)
+      rows["step_group_ids"].append(0 if t == 0 else 1 + len(rows["step_group_ids"]))
+      rows["valid"].append(True)
+  n = len(rows["valid"])
+  out = {}
+  for k, v in rows.items():
+    a = np.asarray(v)
+    pad = np.zeros((16 - n,), a.dtype)
+    out[k] = np.concatenate([a, pad]).astype(np.float32 if a.dtype == np.float64 else
+                                             (np.int32 if a.dtype.kind == "i" else a.dtype))
+  out["step_group_ids"][n:] = np.arange(n, 16)
+  return out
+
+
+class AdvantagesTest(absltest.TestCase):
+
+  def test_three_methods_nonzero_and_ordered(self):
+    config = planpo_twx.get_config("smoke")
+    b = mixed_batch()
+    valid = b["valid"]
+    for method in train.RL_METHODS:
+      a = np.asarray(train.compute_advantages(method, b, config=config, num_groups=1, num_rollouts=4,
+                                              step=0)["advantages"])
+      self.assertTrue(np.all(np.abs(a[valid]) > 0), (method, a))
+      self.assertTrue(np.all(a[~valid] == 0), (method, a))
+      first = {r: a[np.flatnonzero((b["rollout_ids"] == r) & valid)[0]] for r in range(4)}
+      self.assertGreater(min(first[0], first[1]), max(first[2], first[3]), method)
+    p = train.compute_advantages("planpo", b, config=config, num_groups=1, num_rollouts=4, step=0)
+    ep = np.asarray(p["episode"])
+    self.assertGreater(ep[0], ep[2])   # the 2-turn win above the 3-turn win
+    self.assertGreater(ep[2], ep[5])
+
+
+@absltest.skipUnless(HAVE_TWX, "needs java and textworld-express")
+class SmokeTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.root = tempfile.mkdtemp(prefix="planpo_smoke_")
+    os.environ.setdefault("AGENTIC_RL_CACHE", os.path.join(cls.root, "cache"))
+    cls.config = planpo_twx.get_config("smoke")
+    t0 = time.monotonic()
+    cls.results = train.run(cls.config, os.path.join(cls.root, "full"))
+    cls.seconds = time.monotonic() - t0
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.root, ignore_errors=True)
+    super().tearDownClass()
+
+  def test_end_to_end(self):
+    print(f"smoke run: {self.seconds:.1f} s")
+    self.assertEqual(set(self.results), {"sft", "grpo", "gigpo", "planpo"})
+    with open(os.path.join(self.root, "full", "results.json")) as f:
+      saved = json.load(f)
+    self.assertEqual(saved, json.loads(json.dumps(self.results)))
+    for m in train.METRICS:
+      self.assertIn(m, saved["planpo"][0])
+    rows = [json.loads(x) for x in open(os.path.join(self.root, "full", "seed_0", "planpo", "metrics.jsonl"))]
+    self.assertEqual([r["step"] for r in rows], [1, 2])
+    self.assertIn("planpo/alpha", rows[0])
+
+  def test_resume_gives_same_result(self):
+    d = os.path.join(self.root, "stopped")
+    self.assertIsNone(train.run(self.config, d, stop_after=3))   # stops inside gigpo (2 grpo steps + 1)
+    self.assertFalse(os.path.exists(os.path.join(d, "results.json")))
+    resumed = train.run(self.config, d)
+    self.assertEqual(json.loads(json.dumps(resumed)), json.loads(json.dumps(self.results)))
+    for method in ("grpo", "gigpo", "planpo"):   # the losses, KL and advantages, step by step
+      rows = [[{k: v for k, v in json.loads(x).items() if not k.startswith("time/")}
+               for x in open(os.path.join(root, "seed_0", method, "metrics.jsonl"))]
+              for root in (os.path.join(self.root, "full"), d)]
+      self.assertEqual(rows[0], rows[1], method)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,511 @@
+"""Attacks on ProgAgent's sandboxed kernel runtime (issue 9); each must be contained.
+
+Every attack is a program run inside the real sandboxed kernel (progagent.runtime.ProgramRuntime:
+bubblewrap, setpriv to uid 65534, cgroup), served the workspace file tools of progagent/tasks/base.py
+or a small function backend. Each test asserts containment (no host file read, created or removed;
+host threads and memory bounded; no CPU used between turns), that the episode is accounted for (the
+runtime answers the next program), and that nothing is left behind after close (processes, folders,
+cgroups). Attacks are bounded in time (a few seconds; tries capped) and size (at most a few MiB over
+the limit they probe, except the 200 MiB request line, which is streamed). Traffic stays on Unix
+sockets of this machine.
+
+The start-up race test (`test_200_starts`, marked slow) is outside CI:
+  .venv/bin/python -m pytest -q tests/security_kernel_test.py -m slow -p no:xdist
+"""
+
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+import pytest
+from absl.testing import absltest
+
+from common import sandbox_cgroup
+from progagent import runtime as rt_lib
+from progagent import tool_proxy as tp
+from progagent.tasks import base
+
+HAVE_BWRAP = shutil.which("bwrap") is not None
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIB = 1024 ** 2
+SANDBOX_UID = 65534
+
+
+def _descendants():
+  return {p.pid for p in psutil.Process().children(recursive=True)
+          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+
+
+def _file_backend(ws):
+  """The workspace file tools of progagent/tasks/base.py over `ws`, as the trainer serves them."""
+  ctx = base.Ctx(sqlite3.connect(":memory:", check_same_thread=False), ws)
+  fns = {t.name: (lambda t: lambda **kw: t.fn(ctx, **kw))(t)
+         for t in (base.READ_FILE, base.WRITE_FILE, base.LIST_FILES)}
+  fns["echo"] = lambda **kw: kw
+  return tp.FunctionBackend(fns)
+
+
+def _cgroups_of(pid):
+  """Per-sandbox cgroup folders owned by `pid` on this machine."""
+  det = sandbox_cgroup._detect_once("auto")
+  out = []
+  for parent in tuple(det.parents) + tuple(getattr(det, "freezer", None) and (det.freezer,) or ()):
+    out += glob.glob(os.path.join(parent, f"agentrl-{pid}-*"))
+  return out
+
+
+def _owned_dirs(pid):
+  return glob.glob(os.path.join(tempfile.gettempdir(), f"agentrl-*-{pid}-*"))
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class KernelAttackTest(absltest.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.before = _descendants()
+    self.ws = tempfile.mkdtemp(prefix="pa-sec-ws-")
+    self.host = tempfile.mkdtemp(prefix="pa-sec-host-")  # a host folder the sandbox must not reach
+    with open(os.path.join(self.host, "secret.txt"), "w") as f:
+      f.write("HOST-SECRET")
+    self.addCleanup(shutil.rmtree, self.ws, ignore_errors=True)
+    self.addCleanup(shutil.rmtree, self.host, ignore_errors=True)
+
+  def start(self, backend=None, **kw):
+    rt = rt_lib.ProgramRuntime(backend or _file_backend(self.ws), workspace_dir=self.ws,
+                               timeout_s=kw.pop("timeout_s", 60), **kw)
+    self.addCleanup(rt.close)
+    return rt
+
+  def assert_nothing_left(self, rt):
+    """After close: no process of the episode, no runtime folder, no cgroup."""
+    cgroups = list(rt.sandbox.cgroup.dirs) if rt.sandbox and rt.sandbox.cgroup else []
+    base_dir = getattr(rt, "base_dir", rt.scratch_dir)
+    rt.close()
+    deadline = time.monotonic() + 5
+    while _descendants() - self.before and time.monotonic() < deadline:
+      time.sleep(0.05)
+    self.assertEqual(_descendants() - self.before, set())
+    self.assertFalse(os.path.exists(base_dir), base_dir)
+    self.assertEqual([d for d in cgroups if os.path.exists(d)], [])
+
+  def run_json(self, rt, code, **kw):
+    r = rt.run(code, **kw)
+    self.assertIsNone(r.error, r.output)
+    return json.loads(r.output.strip().splitlines()[-1])
+
+  # ---- 1. time-of-check to time-of-use on the trainer-side file tools -----------------------
+
+  def test_file_tools_never_follow_links_out(self):
+    rt = self.start()
+    tries = 300
+    res = self.run_json(rt, f"""
+import json, os, threading, time
+HOST = {self.host!r}
+W = '/workspace'
+os.makedirs(W + '/d', exist_ok=True)
+open(W + '/f.txt', 'w').write('benign')
+open(W + '/d/secret.txt', 'w').write('benign')
+stop = []
+def flip():
+    while not stop:
+        for a, b in ((W + '/.l', W + '/f.txt'),):
+            try:
+                os.symlink(HOST + '/secret.txt', a); os.replace(a, b)
+                open(a, 'w').write('benign'); os.replace(a, b)
+            except OSError:
+                pass
+        try:
+            os.symlink(HOST + '/created.txt', W + '/w.txt')
+        except OSError:
+            pass
+        try:
+            os.unlink(W + '/w.txt')
+        except OSError:
+            pass
+        try:
+            os.rename(W + '/d', W + '/.d'); os.symlink(HOST, W + '/d')
+            os.unlink(W + '/d'); os.rename(W + '/.d', W + '/d')
+        except OSError:
+            pass
+t = threading.Thread(target=flip, daemon=True); t.start()
+seen = {{'host_reads': 0, 'host_listed': 0, 'ok': 0, 'refused': 0}}
+t0 = time.monotonic()
+for i in range({tries}):
+    for name, kw in (('read_file', {{'path': 'f.txt'}}), ('read_file', {{'path': 'd/secret.txt'}}),
+                     ('write_file', {{'path': 'w.txt', 'content': 'x'}}),
+                     ('write_file', {{'path': 'd/new.txt', 'content': 'x'}}),
+                     ('list_files', {{'directory': 'd'}})):
+        try:
+            out = tools[name](**kw)
+            seen['ok'] += 1
+            if 'HOST-SECRET' in json.dumps(out):
+                seen['host_reads'] += 1
+        except ToolError:
+            seen['refused'] += 1
+    if time.monotonic() - t0 > 40:
+        break
+stop.append(1); t.join()
+seen['tries'] = i + 1
+print(json.dumps(seen))
+""")
+    self.assertGreater(res["tries"], 50)
+    self.assertEqual(res["host_reads"], 0, res)
+    self.assertEqual(sorted(os.listdir(self.host)), ["secret.txt"], res)
+    with open(os.path.join(self.host, "secret.txt")) as f:
+      self.assertEqual(f.read(), "HOST-SECRET")
+    self.assertGreater(res["ok"], 0, res)  # the tools still work on real workspace files
+    self.assertEqual(self.run_json(rt, "print(1)"), 1)  # the episode goes on
+    self.assert_nothing_left(rt)
+
+  def test_fifo_and_links_inside_refused_without_blocking(self):
+    rt = self.start()
+    t0 = time.monotonic()
+    res = self.run_json(rt, """
+import json, os
+os.mkfifo('/workspace/pipe')
+os.symlink('/workspace/pipe', '/workspace/link')
+out = {}
+for name, kw in (('read_file', {'path': 'pipe'}), ('read_file', {'path': 'link'}),
+                 ('write_file', {'path': 'pipe', 'content': 'x'}), ('read_file', {'path': '../../etc/hostname'})):
+    try:
+        tools[name](**kw); out[kw['path'] + name] = 'ok'
+    except ToolError as e:
+        out[kw['path'] + name] = str(e)
+print(json.dumps(out))
+""")
+    self.assertLess(time.monotonic() - t0, 20)
+    self.assertIn("not a regular file", res["piperead_file"])
+    self.assertIn("symbolic link", res["linkread_file"])
+    self.assertIn("outside the workspace", res["../../etc/hostnameread_file"])
+    self.assertNotEqual(res["pipewrite_file"], "ok")
+    self.assert_nothing_left(rt)
+
+  # ---- 2. files the host tools write belong to the sandbox user ----------------------------
+
+  def test_tool_written_files_owned_by_sandbox_user(self):
+    rt = self.start()
+    res = self.run_json(rt, """
+import json
+tools['write_file'](path='sub/deeper/own.txt', content='a')
+with open('/workspace/sub/deeper/own.txt', 'a') as f:
+    f.write('b')
+open('/workspace/sub/deeper/mine.txt', 'w').write('c')
+print(json.dumps(open('/workspace/sub/deeper/own.txt').read()))
+""")
+    self.assertEqual(res, "ab")
+    for rel in ("sub", "sub/deeper", "sub/deeper/own.txt"):
+      self.assertEqual(os.stat(os.path.join(self.ws, rel)).st_uid, SANDBOX_UID, rel)
+    self.assert_nothing_left(rt)
+
+  # ---- 3. the tool socket: connections, request size, rate ---------------------------------
+
+  def _sample(self, fn, stop):
+    peak = [fn()]
+
+    def loop():
+      while not stop.is_set():
+        peak.append(fn())
+        time.sleep(0.005)
+
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return peak, t
+
+  def test_tool_socket_connections_bounded(self):
+    rt = self.start(tp.demo_backend())
+    threads0 = threading.active_count()
+    stop = threading.Event()
+    peak, t = self._sample(threading.active_count, stop)
+    t0 = time.monotonic()
+    res = self.run_json(rt, """
+import json, socket, time
+socks, refused = [], 0
+for i in range(300):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    try:
+        s.connect('/tmp/.progagent/tools.sock')
+        socks.append(s)
+    except OSError:
+        refused += 1
+time.sleep(1.0)
+answered = closed = 0
+for s in socks:
+    try:
+        s.sendall(b'{"id": 1, "name": "add", "arguments": {"a": 1, "b": 2}}\\n')
+        line = s.makefile('rb').readline()
+        answered += b'"result"' in line
+        closed += (not line) or b'too many' in line
+    except OSError:
+        closed += 1
+    s.close()
+print(json.dumps({'refused': refused, 'answered': answered, 'closed': closed,
+                  'after': tools['add'](a=2, b=3)}))
+""")
+    stop.set()
+    t.join()
+    self.assertLess(time.monotonic() - t0, 60)
+    self.assertLessEqual(max(peak) - threads0, 10, res)  # at most MAX_CONNECTIONS (8) + slack
+    self.assertLessEqual(res["answered"], tp.ToolServer.MAX_CONNECTIONS, res)
+    self.assertEqual(res["answered"] + res["closed"] + res["refused"], 300)
+    self.assertEqual(res["after"], 5)  # the program's own tool calls still work
+    self.assert_nothing_left(rt)
+
+  def test_tool_socket_huge_line_rejected(self):
+    rt = self.start(tp.demo_backend())
+    proc = psutil.Process()
+    rss0 = proc.memory_info().rss
+    stop = threading.Event()
+    peak, t = self._sample(lambda: proc.memory_info().rss, stop)
+    t0 = time.monotonic()
+    res = self.run_json(rt, """
+import json, socket
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect('/tmp/.progagent/tools.sock')
+chunk = b'x' * (1 << 20)
+sent = 0
+try:
+    s.sendall(b'{"id": 1, "name": "echo", "arguments": {"a": "')
+    for i in range(200):
+        s.sendall(chunk); sent += 1
+    s.sendall(b'"}}\\n')
+    reply = s.makefile('rb').readline().decode()
+except OSError as e:
+    reply = 'closed: ' + type(e).__name__
+    try:
+        reply += ' ' + s.recv(4096).decode()
+    except OSError:
+        pass
+print(json.dumps({'sent_mib': sent, 'reply': reply[:300], 'after': tools['add'](a=1, b=1)}))
+""")
+    stop.set()
+    t.join()
+    self.assertLess(time.monotonic() - t0, 60)
+    grown = (max(peak) - rss0) / MIB
+    self.assertLess(grown, 20, res)
+    self.assertLess(res["sent_mib"], 200, res)
+    self.assertNotIn('"result"', res["reply"])
+    self.assertEqual(res["after"], 2)
+    self.assert_nothing_left(rt)
+
+  # ---- 4. no CPU between turns -------------------------------------------------------------
+
+  def test_no_cpu_between_turns(self):
+    rt = self.start(tp.demo_backend())
+    self.run_json(rt, """
+import subprocess, sys, threading
+def burn():
+    while True:
+        pass
+threading.Thread(target=burn, daemon=True).start()
+child = subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)
+print(child.pid)
+""")
+
+    def cpu():
+      total = 0.0
+      for pid in rt.sandbox.cgroup.pids():
+        try:
+          c = psutil.Process(pid).cpu_times()
+          total += c.user + c.system
+        except psutil.Error:
+          pass
+      return total
+
+    time.sleep(0.3)
+    c0 = cpu()
+    time.sleep(2.0)
+    used = cpu() - c0
+    self.assertLess(used, 0.1, f"{used:.2f} CPU-seconds used between turns")
+    # the next program finds its thread and child running again
+    res = self.run_json(rt, "import json, threading\nprint(json.dumps([t.name for t in threading.enumerate()"
+                        " if t.name != 'MainThread' and 'burn' in t.name] + [child.poll()]))")
+    self.assertEqual(res[-1], None)
+    self.assert_nothing_left(rt)
+
+  # ---- 5. host paths through the runtime's own scratch -------------------------------------
+
+  def test_scratch_links_never_followed(self):
+    for name in ("k1", "k2", "k3", "tools.sock", "kernel.json"):
+      os.makedirs(os.path.join(self.host, name, "precious"), exist_ok=True)
+    listing = sorted(os.listdir(self.host))
+    rt = self.start(tp.demo_backend())
+    self.assertIn(os.path.abspath(rt.scratch_dir), [os.path.abspath(p) for p in rt.sandbox.quota_paths])
+    res = self.run_json(rt, f"""
+import json, os
+out = []
+for a in (lambda: os.rename('/tmp/.progagent', '/tmp/moved'),
+          lambda: os.symlink({self.host!r}, '/tmp/.progagent'),
+          lambda: os.symlink({self.host!r}, '/tmp/.progagent/k2'),
+          lambda: os.unlink('/tmp/.progagent/tools.sock'),
+          lambda: os.symlink({self.host!r}, '/workspace/tmp')):
+    try:
+        a(); out.append('done')
+    except OSError as e:
+        out.append(type(e).__name__)
+print(json.dumps(out))
+""")
+    r = rt.run("import os\nos._exit(1)")  # the host restarts the kernel: new files, removals
+    self.assertTrue(r.restarted)
+    after = rt.run("print(tools['add'](a=1, b=2))")
+    self.assertEqual(after.output, "3\n", (res, after))
+    self.assert_nothing_left(rt)
+    self.assertEqual(sorted(os.listdir(self.host)), listing, res)
+    for name in ("k1", "k2", "k3", "tools.sock", "kernel.json"):
+      self.assertTrue(os.path.isdir(os.path.join(self.host, name, "precious")), name)
+
+  # ---- 5b. the host's ZeroMQ client never reconnects by path -------------------------------
+
+  def _listen(self):
+    """A Unix socket on a host path (outside every sandbox); returns (path, connections seen)."""
+    path = os.path.join(self.host, "lsn.sock")
+    lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsn.bind(path)
+    lsn.listen(16)
+    lsn.settimeout(0.1)
+    seen, stop = [], threading.Event()
+
+    def serve():
+      while not stop.is_set():
+        try:
+          conn, _ = lsn.accept()
+        except (socket.timeout, OSError):
+          continue
+        conn.settimeout(0.5)
+        try:
+          seen.append(conn.recv(4096))
+        except OSError:
+          seen.append(b"")
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+
+    def close():
+      stop.set()
+      t.join(5)
+      lsn.close()
+    self.addCleanup(close)
+    return path, seen
+
+  def _relink(self, rt, target):
+    """A program replaces every ZMQ socket file of its own kernel by a link to `target`."""
+    return self.run_json(rt, f"""
+import glob, json, os
+done = []
+for p in sorted(glob.glob('/tmp/.progagent/k*/k-*')):
+    os.symlink({target!r}, p + '.new')
+    os.rename(p + '.new', p)
+    done.append(os.path.basename(p))
+print(json.dumps(done))
+""")
+
+  def test_kernel_sockets_relinked_never_reconnected(self):
+    target, seen = self._listen()
+    rt = self.start(tp.demo_backend())
+    before = rt.kernel_pid
+    # a crash: the connection drops with the kernel; the host must not reconnect by path
+    self.assertEqual(self._relink(rt, target), [f"k-{i}" for i in range(1, 6)])  # shell..hb
+    r = rt.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    self.assertTrue(r.restarted, r.output)
+    self.assertIn("KernelRestarted", r.error)
+    self.assertNotEqual(rt.kernel_pid, before)
+    # the kernel alive, its sockets closed by the program: a dropped connection counts as a dead kernel
+    self.assertEqual(len(self._relink(rt, target)), 5)
+    t0 = time.monotonic()
+    r = rt.run("k = get_ipython().kernel\n"
+               "[s.close(linger=0) for s in (k.shell_stream.socket, k.iopub_socket,"
+               " k.control_stream.socket) if s is not None]\n"
+               "import time\ntime.sleep(30)", timeout_s=20)
+    self.assertTrue(r.restarted, r.output)
+    self.assertLess(time.monotonic() - t0, 15, r.output)
+    after = rt.run("print(tools['add'](a=1, b=2))")
+    self.assertEqual(after.output, "3\n")
+    time.sleep(1.5)  # past ZeroMQ's reconnect interval (0.1 s) and a heartbeat period (1 s)
+    self.assertEqual(seen, [])
+    self.assert_nothing_left(rt)
+    self.assertEqual(seen, [])
+    self.assertEqual(sorted(os.listdir(self.host)), ["lsn.sock", "secret.txt"])
+
+
+# ---- 6. a SIGKILLed MCP runtime server is swept by the next one --------------------------------
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class KilledServerTest(absltest.TestCase):
+
+  def _server(self):
+    p = subprocess.Popen([sys.executable, "-m", "progagent.mcp_runtime_server", "--tools-factory",
+                          "progagent.tool_proxy:demo_backend"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    self.addCleanup(lambda: p.poll() is None and p.kill())
+    return p
+
+  def _wait_started(self, pid, deadline_s=90):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < deadline_s:
+      kids = [c for c in psutil.Process(pid).children(recursive=True) if "ipykernel_launcher" in " ".join(c.cmdline())]
+      if kids and len(_owned_dirs(pid)) >= 2 and _cgroups_of(pid):
+        time.sleep(1.0)
+        return
+      time.sleep(0.2)
+    self.fail(f"server {pid} did not start its runtime within {deadline_s} s")
+
+  def test_sigkilled_server_swept_on_next_start(self):
+    first = self._server()
+    self._wait_started(first.pid)
+    left = _owned_dirs(first.pid) + _cgroups_of(first.pid)
+    self.assertGreaterEqual(len(left), 3, left)  # workspace, scratch, private folder, cgroups
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    time.sleep(0.5)
+    self.assertTrue(all(os.path.exists(p) for p in left))  # what a killed server leaves...
+    second = self._server()
+    self._wait_started(second.pid)
+    self.assertEqual([p for p in left if os.path.exists(p)], [])  # ... is swept by the next
+    second.stdin.close()
+    second.wait(30)
+    self.assertEqual(_owned_dirs(second.pid) + _cgroups_of(second.pid), [])
+
+
+# ---- 7. start-up race ---------------------------------------------------------------------------
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class StartRaceTest(absltest.TestCase):
+
+  @pytest.mark.slow
+  def test_200_starts(self):
+    n = int(os.environ.get("PROGAGENT_START_TRIES", "200"))
+    failures = []
+    t0 = time.monotonic()
+    for i in range(n):
+      ws = tempfile.mkdtemp(prefix="pa-start-")
+      try:
+        with rt_lib.ProgramRuntime(tp.demo_backend(), workspace_dir=ws, timeout_s=30) as rt:
+          r = rt.run("print(tools['add'](a=1, b=1))")
+          if r.output != "2\n":
+            failures.append((i, r.output[-300:]))
+      except Exception as e:
+        failures.append((i, f"{type(e).__name__}: {str(e)[:300]}"))
+      finally:
+        shutil.rmtree(ws, ignore_errors=True)
+    print(f"\n{n} starts in {time.monotonic() - t0:.1f} s, {len(failures)} failures: {failures[:3]}")
+    self.assertEqual(failures, [])
+
+
+if __name__ == "__main__":
+  absltest.main()

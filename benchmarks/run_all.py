@@ -19,6 +19,7 @@ BENCHMARKS = {
     "env": "benchmarks.env_bench",
     "lm": "benchmarks.lm_bench",
     "progagent": "benchmarks.progagent_bench",
+    "chat": "benchmarks.chat_bench",
 }
 
 

@@ -13,9 +13,12 @@ import os
 import signal
 import threading
 import time
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from common import sandbox_guard
+
+if TYPE_CHECKING:  # annotations only (common.sandbox imports this module)
+  from common.sandbox import SandboxConfig
 
 _log = logging.getLogger("common.sandbox")
 

@@ -67,10 +67,10 @@ def reply(action: str, n_sentences: int, rng: np.random.Generator) -> str:
   return "<think>" + " ".join([f"I will {action}."] + fill) + f"</think><action>{action}</action>"
 
 
-def _detour(admissible: Sequence[str], gold_next: str, rng) -> list[str]:
-  """A detour from this state: a harmless action, or a move and the move back (not the gold action)."""
+def _detour(admissible: Sequence[str], gold_next: str, rng, moves: bool = True) -> list[str]:
+  """A detour from this state: a harmless action, or (moves) a move and the move back (not the gold action)."""
   opts = [[a] for a in HARMLESS if a in admissible and a != gold_next]
-  for a in admissible:
+  for a in admissible if moves else ():
     parts = a.split()
     if a != gold_next and len(parts) == 2 and parts[0] == "move" and parts[1] in _REVERSE:
       opts.append([a, f"move {_REVERSE[parts[1]]}"])
@@ -81,8 +81,10 @@ def _act(a: str) -> dict:
   return {"name": "action", "arguments": {"action": a}}
 
 
-def gold_episode(worker, task_id: str, *, config, rng: np.random.Generator) -> list[EpisodeTurn] | None:
-  """Replays one task's gold actions with detours on `worker` (a common.env_pool worker); None if not won."""
+def gold_episode(worker, task_id: str, *, config, rng: np.random.Generator,
+                 moves: bool = True) -> list[EpisodeTurn] | None:
+  """Replays one task's gold actions with detours on `worker` (a common.env_pool worker); None if not won.
+  moves: detours may be a move and the move back (which can strand the replay: then None)."""
   s, cfg = config.sft, window_config(config)
   gold = list(worker.query("gold_actions", task_id=task_id))
   obs = worker.reset(task_id, 0)
@@ -95,7 +97,7 @@ def gold_episode(worker, task_id: str, *, config, rng: np.random.Generator) -> l
   while i < len(gold) or plan:
     if not plan:
       if detours < s.max_detours and rng.random() < s.detour_prob and state.admissible:
-        d = _detour(state.admissible, gold[i], rng)
+        d = _detour(state.admissible, gold[i], rng, moves)
         if d:
           detours += 1
           plan = [(d[0], True)]
@@ -120,11 +122,14 @@ def gold_episode(worker, task_id: str, *, config, rng: np.random.Generator) -> l
 
 
 def gold_episodes(worker, task_ids: Sequence[str], *, config, seed: int) -> list[list[EpisodeTurn]]:
-  """gold_episode of every task (numpy seed [seed, 5]); episodes not won or over env.max_turns dropped."""
+  """gold_episode of every task (numpy seed [seed, 5]); an episode not won (or over env.max_turns) is replayed
+  with harmless detours only, and dropped if that fails too."""
   rng = np.random.default_rng([seed, 5])
   out = []
   for t in task_ids:
     ep = gold_episode(worker, t, config=config, rng=rng)
+    if ep is None:
+      ep = gold_episode(worker, t, config=config, rng=rng, moves=False)
     if ep is None:
       _log.warning("SFT: the gold replay of %s was not won within env.max_turns; dropped", t)
       continue

@@ -25,6 +25,7 @@ PY=${PYTHON:-python3}
 # Household tasks (common/envs/household): ALFWorld's rules, TextWorld's PDDL engine. --no-deps keeps alfworld's
 # and textworld's declared extras (torch, ai2thor, spacy) out; fast-downward-textworld and jericho build from
 # source (cmake, g++), with the venv's python on PATH because their setup.py calls `python`.
+.venv/bin/python -m pip install -q setuptools wheel  # --no-build-isolation builds with the venv's own
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-deps --no-build-isolation \
   alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1
 # Test-only reference implementation (CPU build from local disk on the project machines).

@@ -29,11 +29,11 @@ import logging
 import os
 import signal
 import sys
-import tempfile
 from typing import Any, Callable, NamedTuple
 
 from common.envs.base import StepResult  # noqa: F401  (re-exported)
 from common import timeouts
+from common import sandbox_guard
 from common.sandbox import Sandbox, SandboxConfig
 
 _log = logging.getLogger(__name__)
@@ -69,7 +69,9 @@ class EnvClient:
       unsandboxed process (benchmarks only).
     loop: LoopThread to share (default: a private one, closed with the client).
     step_timeout_s: default seconds allowed per step/reset/query before the worker counts as hung.
-    keep_logs: keep the stderr log file after close (its path is `stderr_path`).
+    keep_logs: keep the stderr log file after close (its path is `stderr_path`). While the client
+      is open the log is `<tmp>/agentrl-env-<pid>-*.log`, removed by the next process's stale
+      sweep if this one is SIGKILLed; a kept log is renamed `kept-agentrl-env-...` at close.
   Raises:
     EnvError('start') when the process does not come up.
   """
@@ -85,8 +87,8 @@ class EnvClient:
                            env=tuple(sandbox.env) + tuple(spec.env))
     self.sandbox = Sandbox(cfg)
     self.closed = False
-    fd, self.stderr_path = tempfile.mkstemp(prefix="agentrl-env-", suffix=".log")
-    os.close(fd)
+    # agentrl-env-<pid>-*.log: swept by common.sandbox.sweep_stale once this process is gone.
+    self.stderr_path = sandbox_guard.owned_tempfile("env", suffix=".log")
     argv = [sys.executable, "-m", "common.env_server", "--factory", spec.factory,
             "--kwargs", json.dumps(spec.kwargs)]
     # bubblewrap itself (pid 1 inside, readable at /proc/1/environ) gets a minimal environment,
@@ -298,8 +300,14 @@ class EnvClient:
     try:
       self.sandbox.close()
     finally:
-      if not self.keep_logs and self.stderr_path and os.path.exists(self.stderr_path):
-        os.unlink(self.stderr_path)
+      if self.stderr_path and os.path.exists(self.stderr_path):
+        if not self.keep_logs:
+          os.unlink(self.stderr_path)
+        elif not os.path.basename(self.stderr_path).startswith("kept-"):
+          kept = os.path.join(os.path.dirname(self.stderr_path),
+                              "kept-" + os.path.basename(self.stderr_path))
+          os.rename(self.stderr_path, kept)
+          self.stderr_path = kept
       if self._own_loop:
         self._lt.close()
 

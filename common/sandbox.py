@@ -93,12 +93,17 @@ class SandboxConfig(NamedTuple):
       on device"; tmpfs pages also count against memory_max_bytes). A workspace bound from the
       host is watched by the host every quota_poll_s and the sandbox is killed past the budget
       (`Sandbox.quota_exceeded()` names it). It is also the largest file any sandboxed process
-      may write (RLIMIT_FSIZE: EFBIG, "File too large").
+      may write (RLIMIT_FSIZE: EFBIG, "File too large"). Deleted files the sandbox's processes
+      still hold open count too (cgroup modes only: the members are found through cgroup.procs).
     tmp_max_bytes: int, size of the tmpfs at /tmp when the sandbox owns its workspace (bytes;
       default 1 GiB).
     log_max_bytes: int, cap on what the sandboxed tree writes to its stdout/stderr when they are
       regular files (logs; bytes, default 16 MiB); the rest is dropped after a note. 0: no cap.
     quota_poll_s: float, seconds between two disk-usage checks of host-bound workspaces.
+    workspace_max_files: int, most files, folders and links (and deleted files held open) a
+      host-bound workspace may hold (default 50,000; 0: no limit), checked with the disk budget
+      and enforced the same way (the tree is killed; `quota_exceeded()` names it). One check
+      stops once a limit is passed, so its cost is bounded by this limit.
     seccomp: bool, install the seccomp filter (common/sandbox_guard.py BLOCKED_SYSCALLS) where
       libseccomp2 is present (default True).
   """
@@ -118,6 +123,7 @@ class SandboxConfig(NamedTuple):
   log_max_bytes: int = 16 * 1024 ** 2
   quota_poll_s: float = 0.5
   seccomp: bool = True
+  workspace_max_files: int = 50_000
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +280,7 @@ class Sandbox:
     self.workspace = workspace or self._private or sandbox_guard.owned_tempdir("ws")
     self.quota_paths: list[str] = [] if self._own_workspace else [self.workspace]
     self._quota_hit: str | None = None
+    self._held = sandbox_guard.OpenDeleted()
     self.cgroup: Cgroup | None = None
     self._bwrap = find_bwrap(config.bwrap) if config.enabled else None
     self._seccomp: str | None = None
@@ -309,7 +316,7 @@ class Sandbox:
         procs_files=self.cgroup.procs_files, memory_kib=mem_kib,
         fsize_bytes=c.workspace_max_bytes, uid=c.uid, gid=c.gid, log_max_bytes=c.log_max_bytes,
         private_dir=self._private, seccomp_path=self._seccomp)
-    if self.quota_paths and c.workspace_max_bytes:
+    if self.quota_paths and (c.workspace_max_bytes or c.workspace_max_files):
       sandbox_guard.WATCHER.add(self)
     return launcher + inner
 
@@ -317,15 +324,26 @@ class Sandbox:
     """Called by sandbox_guard.WATCHER: kills the tree once the host folders pass the budget."""
     if self._quota_hit or not self.cgroup:
       return
-    used = sum(sandbox_guard.disk_usage(p) for p in list(self.quota_paths))
-    if used > self.config.workspace_max_bytes:
-      self._quota_hit = (f"disk quota exceeded: {used} bytes in {', '.join(self.quota_paths)} > "
-                         f"SandboxConfig.workspace_max_bytes={self.config.workspace_max_bytes}")
+    c, paths = self.config, list(self.quota_paths)
+    max_b, max_n = c.workspace_max_bytes, c.workspace_max_files
+    used, files = sandbox_guard.scan_usage(paths, max_bytes=max_b, max_files=max_n)
+    held_b = held_n = 0
+    if not ((max_b and used > max_b) or (max_n and files > max_n)):
+      held_b, held_n = self._held.update(self.cgroup.pids(), sandbox_guard.devices(paths))
+    used, files = used + held_b, files + held_n
+    where = ", ".join(paths) + (f" (+ {held_n} deleted files held open)" if held_n else "")
+    if max_b and used > max_b:
+      self._quota_hit = (f"disk quota exceeded: {used} bytes in {where} > "
+                         f"SandboxConfig.workspace_max_bytes={max_b}")
+    elif max_n and files > max_n:
+      self._quota_hit = (f"file limit exceeded: {files} files and folders in {where} > "
+                         f"SandboxConfig.workspace_max_files={max_n}")
+    if self._quota_hit:
       _log.warning("sandbox killed: %s", self._quota_hit)
       self.cgroup.kill()
 
   def quota_exceeded(self) -> str | None:
-    """The reason the host killed this sandbox for its disk use, or None."""
+    """The reason the host killed this sandbox for its disk use or file count, or None."""
     return self._quota_hit
 
   def oom_killed(self) -> bool:

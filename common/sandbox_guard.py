@@ -14,12 +14,14 @@ common/sandbox.py uses this module. What each piece defends against is listed in
 * `launcher_script(...)`: the `sh -c` prefix run on the host as root before bubblewrap: joins the
   cgroups, sets the file-size limit, gives every writable bind source to the sandbox user, caps the
   process's stdout/stderr when they are regular files (logs), opens the seccomp filter on fd 9.
-* `QuotaWatcher`: one host thread that sums the disk usage of each registered sandbox's
-  host-side writable folders every `SandboxConfig.quota_poll_s` and kills the sandbox past
-  `SandboxConfig.workspace_max_bytes` (workspaces bound from the host; the sandbox's own workspace
-  is a size-capped tmpfs and needs no watching).
-* `owned_tempdir(kind)` / `sweep_stale_dirs()`: host folders named `agentrl-<kind>-<pid>-*` in the
-  temporary directory; the next process to start a sandbox removes those whose owner pid is gone.
+* `QuotaWatcher`: one host thread that sums the disk usage and the number of entries of each
+  registered sandbox's host-side writable folders (`scan_usage`), plus the deleted files its
+  processes still hold open (`OpenDeleted`), every `SandboxConfig.quota_poll_s`, and kills the
+  sandbox past `SandboxConfig.workspace_max_bytes` or `workspace_max_files` (workspaces bound
+  from the host; the sandbox's own workspace is a size-capped tmpfs and needs no watching).
+* `owned_tempdir(kind)` / `owned_tempfile(kind)` / `sweep_stale_dirs()`: host folders and files
+  (logs) named `agentrl-<kind>-<pid>-*` in the temporary directory; the next process to start a
+  sandbox removes those whose owner pid is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import tempfile
 import threading
 import weakref
@@ -177,10 +180,18 @@ def launcher_script(*, procs_files, memory_kib: int | None, fsize_bytes: int, ui
 # disk quota for host folders a sandbox writes
 
 
-def disk_usage(path: str) -> int:
-  """Bytes allocated under `path` (st_blocks * 512, links not followed; vanished entries skipped)."""
-  total = 0
-  stack = [path]
+def scan_usage(paths, *, max_bytes: int = 0, max_files: int = 0) -> tuple[int, int]:
+  """Bytes allocated (st_blocks * 512) and entries (files, folders, links) under `paths`.
+
+  Links are not followed; entries that vanish during the scan are skipped. The scan stops as soon
+  as the bytes pass `max_bytes` or the entries pass `max_files` (0: no such stop), so its cost is
+  bounded by the file limit (SandboxConfig.workspace_max_files) whatever a program leaves behind.
+
+  Returns:
+    (bytes, entries): exact when under both limits, else lower bounds already past one of them.
+  """
+  total = files = 0
+  stack = list(paths)
   while stack:
     d = stack.pop()
     try:
@@ -191,11 +202,101 @@ def disk_usage(path: str) -> int:
           except OSError:
             continue
           total += st.st_blocks * 512
-          if e.is_dir(follow_symlinks=False):
+          files += 1
+          if (max_bytes and total > max_bytes) or (max_files and files > max_files):
+            return total, files
+          if stat.S_ISDIR(st.st_mode):
             stack.append(e.path)
     except OSError:
       continue
-  return total
+  return total, files
+
+
+def disk_usage(path: str) -> int:
+  """Bytes allocated under `path` (st_blocks * 512, links not followed; vanished entries skipped)."""
+  return scan_usage([path])[0]
+
+
+def devices(paths) -> set[int]:
+  """st_dev of each existing path (the filesystems a host-bound quota covers)."""
+  out = set()
+  for p in paths:
+    try:
+      out.add(os.stat(p).st_dev)
+    except OSError:
+      pass
+  return out
+
+
+# Entries of /proc/<pid>/fd and deleted mappings examined per poll and sandbox (OpenDeleted);
+# one process is always scanned whole, so a poll costs at most this plus one process's RLIMIT_NOFILE.
+FD_SCAN_BUDGET = 10_000
+
+
+class OpenDeleted:
+  """Deleted files still held open (or mapped) by a sandbox's processes, on given filesystems.
+
+  A file unlinked while open keeps its blocks until the last descriptor or mapping goes, and no
+  folder scan sees it. `update` stats `/proc/<pid>/fd/*` (and `/proc/<pid>/map_files/*` of the
+  `(deleted)` lines of `/proc/<pid>/maps`) of the cgroup's members, keeping regular files with
+  st_nlink == 0 on the quota paths' filesystems (O_TMPFILE files included; memfd and tmpfs files
+  are not on them and count against the memory limit instead). Work per call is bounded by
+  FD_SCAN_BUDGET: members are scanned in turn from where the last call stopped, and the last
+  result of each member not rescanned is kept. Host pids; needs root (the sandbox's launcher is).
+  """
+
+  def __init__(self):
+    self._held: dict[int, dict[tuple[int, int], int]] = {}
+    self._next = 0
+
+  def update(self, pids, devs) -> tuple[int, int]:
+    """Returns (bytes allocated, number of distinct files) held by `pids` (list[int])."""
+    pids = sorted(pids)
+    for p in list(self._held):
+      if p not in pids:
+        del self._held[p]
+    if pids and devs:
+      start = next((i for i, p in enumerate(pids) if p >= self._next), 0)
+      spent = 0
+      for i in range(len(pids)):
+        pid = pids[(start + i) % len(pids)]
+        if spent >= FD_SCAN_BUDGET:
+          self._next = pid
+          break
+        held, n = _held_by(pid, devs)
+        spent += n
+        self._held[pid] = held
+      else:
+        self._next = 0
+    union: dict[tuple[int, int], int] = {}
+    for held in self._held.values():
+      union.update(held)
+    return sum(union.values()), len(union)
+
+
+def _held_by(pid: int, devs) -> tuple[dict[tuple[int, int], int], int]:
+  """({(dev, ino): bytes} of deleted regular files pid holds on `devs`, entries examined)."""
+  held, n = {}, 0
+  paths = []
+  try:
+    paths += [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
+  except OSError:
+    pass
+  try:
+    with open(f"/proc/{pid}/maps") as f:
+      paths += [f"/proc/{pid}/map_files/{l.split(None, 1)[0]}" for l in f
+                if l.endswith(" (deleted)\n")]
+  except OSError:
+    pass
+  for path in paths:
+    n += 1
+    try:
+      st = os.stat(path)
+    except OSError:
+      continue
+    if st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and st.st_dev in devs:
+      held[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+  return held, n
 
 
 class QuotaWatcher:
@@ -251,9 +352,20 @@ def owned_tempdir(kind: str) -> str:
   return tempfile.mkdtemp(prefix=f"agentrl-{kind}-{os.getpid()}-")
 
 
+def owned_tempfile(kind: str, suffix: str = "") -> str:
+  """Creates the empty file `<tmp>/agentrl-<kind>-<pid>-XXXX<suffix>` (mode 0600; e.g. a log),
+  swept like `owned_tempdir` once this process is gone. `kind`: letters only."""
+  if not kind.isalpha():
+    raise ValueError(f"kind={kind!r}: letters only")
+  fd, path = tempfile.mkstemp(prefix=f"agentrl-{kind}-{os.getpid()}-", suffix=suffix)
+  os.close(fd)
+  return path
+
+
 def sweep_stale_dirs(tmpdir: str | None = None) -> list[str]:
-  """Removes `agentrl-<kind>-<pid>-*` folders and seccomp filter files whose owner pid no longer
-  exists; returns their paths."""
+  """Removes `agentrl-<kind>-<pid>-*` folders and files (`owned_tempdir`, `owned_tempfile`) and
+  seccomp filter files whose owner pid no longer exists; returns their paths. Links are removed
+  as links, never followed."""
   removed = []
   for d in glob.glob(os.path.join(tmpdir or tempfile.gettempdir(), "agentrl-*-*-*")):
     parts = os.path.basename(d).split("-")
@@ -265,6 +377,12 @@ def sweep_stale_dirs(tmpdir: str | None = None) -> list[str]:
     if os.path.isdir(d) and not os.path.islink(d):
       shutil.rmtree(d, ignore_errors=True)
       removed.append(d)
+    else:
+      try:
+        os.unlink(d)
+        removed.append(d)
+      except OSError:
+        pass
   for f in glob.glob(os.path.join(tmpdir or tempfile.gettempdir(), ".agentrl-seccomp", "filter-*.bpf")):
     owner = os.path.basename(f)[len("filter-"):-len(".bpf")]
     if owner.isdigit() and int(owner) != os.getpid() and not os.path.exists(f"/proc/{owner}"):

@@ -122,11 +122,15 @@ def parse_tool_call(text: str) -> ParsedCall:
     chunk = text[i:end]
     try:
       obj = json.loads(chunk)
+      call, problem = _as_call(obj)
     except json.JSONDecodeError as e:
       first_problem = first_problem or f"invalid JSON at char {i + e.pos}: {e.msg}"
       i = text.find("{", i + 1)
       continue
-    call, problem = _as_call(obj)
+    except RecursionError:
+      first_problem = first_problem or f"the JSON object at char {i} nests too deeply to read"
+      i = text.find("{", i + 1)
+      continue
     if call is not None:
       return ParsedCall("call", call, None, (i, end))
     first_problem = first_problem or problem
@@ -193,22 +197,27 @@ def missing_call(parsed: ParsedResponse, fmt: str = "qwen") -> ParsedResponse:
   return parsed._replace(error=call_error("your reply has no tool call", fmt), error_kind="no_tool_call")
 
 
-def split_reasoning(text: str) -> tuple[str, str | None, bool]:
+def split_reasoning(text: str, *, template_opened: bool = True) -> tuple[str, str | None, bool]:
   """(content, reasoning, closed): removes a Qwen3 <think>...</think> block.
 
-  A '</think>' with no '<think>' before it (the generation prompt opened the block) makes everything
-  before it reasoning; a '<think>' never closed makes everything after it reasoning (closed False).
+  Only tags before the first call block ('<tool_call>' or '<|python_tag|>') count, so a tag inside a
+  program's string literal is content. A '<think>' there opens the block, which ends at the first
+  '</think>' after it (a call written inside it is reasoning, never run); a '<think>' never closed makes
+  the rest reasoning (closed False). Without an opening tag, a '</think>' before the first call block
+  means the generation prompt opened the block (Qwen3 with thinking on): everything before it is
+  reasoning (`template_opened=False` turns this reading off, for families without reasoning blocks).
   """
-  close = text.rfind(_THINK_CLOSE)
-  if close >= 0:
-    head, content = text[:close], text[close + len(_THINK_CLOSE):]
-    open_ = head.find(_THINK_OPEN)
-    before = head[:open_] if open_ >= 0 else ""
-    reasoning = head[open_ + len(_THINK_OPEN):] if open_ >= 0 else head
-    return (before + content).strip(), reasoning.strip(), True
-  open_ = text.find(_THINK_OPEN)
+  cut = min([i for i in (text.find(_CALL_OPEN), text.find(_PYTHON_TAG)) if i >= 0] or [len(text)])
+  open_ = text.find(_THINK_OPEN, 0, cut)
   if open_ >= 0:
-    return text[:open_].strip(), text[open_ + len(_THINK_OPEN):].strip(), False
+    close = text.find(_THINK_CLOSE, open_ + len(_THINK_OPEN))
+    if close < 0:
+      return text[:open_].strip(), text[open_ + len(_THINK_OPEN):].strip(), False
+    return ((text[:open_] + text[close + len(_THINK_CLOSE):]).strip(),
+            text[open_ + len(_THINK_OPEN):close].strip(), True)
+  close = text.find(_THINK_CLOSE, 0, cut) if template_opened else -1
+  if close >= 0:
+    return text[close + len(_THINK_CLOSE):].strip(), text[:close].strip(), True
   return text.strip(), None, True
 
 
@@ -269,7 +278,16 @@ def parse_response(text: str, *, format: str = "qwen") -> ParsedResponse:  # pyl
   """
   if not isinstance(text, str):
     raise TypeError(f"parse_response takes the decoded text (str), got {type(text).__name__}")
-  content, reasoning, closed = split_reasoning(text)
+  try:
+    return _parse_response(text, format)
+  except RecursionError:  # json nests deeper than the interpreter's recursion limit
+    return ParsedResponse(text.strip(), None, [], call_error(
+        "the reply nests brackets too deeply to read as JSON", format), "invalid_json")
+
+
+def _parse_response(text: str, format: str) -> ParsedResponse:  # pylint: disable=redefined-builtin
+  """parse_response's body (may raise RecursionError on absurdly nested JSON)."""
+  content, reasoning, closed = split_reasoning(text, template_opened=format != "llama3")
   if not closed:
     return ParsedResponse(content, reasoning, [], call_error(
         "the reasoning block <think> is never closed, so no call was read; close it with </think> "
@@ -338,8 +356,8 @@ def parse_action(text: str, *, tool: str = "action", argument: str = "action",
                  require_think: bool = True) -> ParsedResponse:
   """Reads a reply in the PlanPO / GiGPO text-game format '<think>...</think><action>...</action>'.
 
-  Order: the reasoning block is removed first (`split_reasoning`: everything up to the last
-  '</think>'), so an <action> tag written inside the reasoning is never read as the action. The
+  Order: the reasoning block is removed first (`split_reasoning`: a <think> block before any call
+  block, up to its first '</think>'), so an <action> tag written inside the reasoning is never read as the action. The
   content must then hold exactly one '<action>...</action>' block; its text (surrounding whitespace
   removed, inner whitespace runs collapsed to one space) becomes the call
   {'name': tool, 'arguments': {argument: text}}. Text outside the block is ignored (kept in prose).

@@ -35,7 +35,10 @@ message, when
 Program runs (`run_program`, the rule both PTC runtimes apply):
   * the program is plain Python (no IPython magics), compiled as "<program N>" (N counts the
     runtime's programs from 1);
-  * stdout and stderr go to one stream, in the order they are written;
+  * stdout and stderr go to one stream, in the order they are written; sys.stdout / sys.stderr are
+    `OutStream`s with the Python API of the kernel's own (ipykernel) streams, and os.write to fd 1 / 2
+    from the program's thread is captured in that same order; output written below Python (a
+    subprocess, a C library, another thread's os.write) is captured by the kernel only;
   * a final expression statement's value is shown as repr(value) + newline unless it is None (the
     Python REPL's rule; no pretty-printing);
   * an exception (KeyboardInterrupt and SystemExit included) ends the program and is shown as
@@ -57,7 +60,9 @@ from __future__ import annotations
 import ast
 import collections
 import contextlib
+import io
 import json
+import os
 import re
 import sys
 import threading
@@ -425,53 +430,128 @@ def no_getpass(prompt: str = "", stream: Any = None, **unused) -> str:
   raise StdinNotImplementedError(_STDIN_MESSAGE.format(fn="getpass"))
 
 
+class OutStream(io.TextIOBase):
+  """A program's sys.stdout / sys.stderr while run_program runs it, in both PTC runtimes.
+
+  Its Python API is that of ipykernel.iostream.OutStream (the kernel's own streams), so a program sees
+  the same object in the in-process runtime as in the kernel: a TextIOBase with name 'stdout' /
+  'stderr', encoding 'UTF-8', isatty() False, writable() True, no `.buffer` (AttributeError
+  "'OutStream' object has no attribute 'buffer'"), write() of a non-str raises TypeError
+  "write() argument must be str, not <class '...'>". fileno() is 1 / 2: writes to those descriptors
+  from the program's thread by os.write are captured in order (see `_routed_os_write`). ipykernel's
+  zmq internals (session, pub_thread, parent_header, ...) are not mirrored.
+  """
+
+  encoding = "UTF-8"
+
+  def __init__(self, name: str, write: Callable[[str], Any]):
+    super().__init__()
+    self.name = name
+    self._write = write
+
+  def __repr__(self) -> str:
+    return f"<OutStream {self.name}>"
+
+  def write(self, string: str) -> int:
+    if not isinstance(string, str):
+      raise TypeError(f"write() argument must be str, not {type(string)}")
+    if self.closed:
+      raise ValueError("I/O operation on closed file")
+    self._write(string)
+    return len(string)
+
+  def writelines(self, sequence) -> None:
+    for string in sequence:
+      self.write(string)
+
+  def writable(self) -> bool:
+    return True
+
+  def isatty(self) -> bool:
+    return False
+
+  def fileno(self) -> int:
+    return 1 if self.name == "stdout" else 2
+
+
 class _Router:
-  """sys.stdout / sys.stderr stand-in: writes go to this thread's program stream, else to the stream it
-  replaced (every other attribute, isatty() and fileno() included, is that stream's)."""
+  """sys.stdout / sys.stderr stand-in: in a thread running a program it is that program's OutStream
+  (every attribute read or set, write() and fileno() included, so a program cannot change the stream
+  other threads and later programs use); elsewhere the stream it replaced."""
 
   _local = threading.local()
 
-  def __init__(self, through: Any):
-    self.through = through
+  def __init__(self, through: Any, name: str):
+    object.__setattr__(self, "_router_through", through)
+    object.__setattr__(self, "_router_name", name)
+
+  def _router_current(self) -> Any:
+    streams = getattr(_Router._local, "streams", None)
+    return self._router_through if streams is None else streams[self._router_name]
 
   def write(self, s: str) -> int:
-    target = getattr(_Router._local, "target", None)
-    if target is not None:
-      target(s)
-      return len(s)
-    return self.through.write(s)
+    return self._router_current().write(s)
 
   def writelines(self, lines) -> None:
-    for line in lines:
-      self.write(line)
+    self._router_current().writelines(lines)
 
   def flush(self) -> None:
-    if getattr(_Router._local, "target", None) is None:
-      self.through.flush()
+    self._router_current().flush()
+
+  def __repr__(self) -> str:
+    return repr(self._router_current())
 
   def __getattr__(self, name: str) -> Any:
-    return getattr(self.through, name)
+    return getattr(self._router_current(), name)
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    setattr(self._router_current(), name, value)
+
+  def __delattr__(self, name: str) -> None:
+    delattr(self._router_current(), name)
+
+
+_REAL_OS_WRITE = os.write
+
+
+def _routed_os_write(fd, data, /):
+  """os.write while run_program is installed: in a thread running a program, fd 1 and 2 go to the
+  program's output (bytes decoded as UTF-8, undecodable ones replaced, as ipykernel's fd watcher does);
+  every other call is the real os.write (the process's real fd 1 is never redirected)."""
+  streams = getattr(_Router._local, "streams", None)
+  if streams is None or isinstance(fd, bool) or fd not in (1, 2) or streams["pid"] != os.getpid():
+    return _REAL_OS_WRITE(fd, data)
+  try:
+    raw = bytes(memoryview(data))
+  except TypeError:
+    raise TypeError(f"a bytes-like object is required, not '{type(data).__name__}'") from None
+  streams["stdout" if fd == 1 else "stderr"].write(raw.decode("utf-8", errors="replace"))
+  return len(raw)
 
 
 @contextlib.contextmanager
 def _streams_to(write: Callable[[str], Any]):
-  """Routes this thread's sys.stdout and sys.stderr writes to `write` (other threads unaffected)."""
+  """Routes this thread's sys.stdout, sys.stderr and os.write(1 / 2) to `write` (other threads
+  unaffected)."""
   for name in ("stdout", "stderr"):
     cur = getattr(sys, name)
     if not isinstance(cur, _Router):
-      setattr(sys, name, _Router(cur))
-  prev = getattr(_Router._local, "target", None)
-  _Router._local.target = write
+      setattr(sys, name, _Router(cur, name))
+  if os.write is not _routed_os_write:
+    os.write = _routed_os_write
+  prev = getattr(_Router._local, "streams", None)
+  _Router._local.streams = {"stdout": OutStream("stdout", write), "stderr": OutStream("stderr", write),
+                            "pid": os.getpid()}  # a forked child's os.write(1) is its own (real) one
   try:
     yield
   finally:
-    _Router._local.target = prev
+    _Router._local.streams = prev
 
 
 def real_stdout() -> Any:
   """sys.stdout without this module's router (the kernel's own output stream)."""
   out = sys.stdout
-  return out.through if isinstance(out, _Router) else out
+  return out._router_through if isinstance(out, _Router) else out
 
 
 def run_program(code: str, namespace: dict, write: Callable[[str], Any], sources: list[str]) -> str | None:

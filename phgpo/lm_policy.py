@@ -1,6 +1,6 @@
 """PhGPO with a language-model policy: `policy.kind = 'lm'` selects it in `configs/phgpo_traject.py`.
 
-Adapts `common.lm.tool_policy.LMToolPolicy` (a Hugging Face decoder with LoRA adapters and a tool head) to
+Adapts `phgpo.lm_tool_policy.LMToolPolicy` (a Hugging Face decoder with LoRA adapters and a tool head) to
 the trainer's `ToolPolicy` interface: `featurize` renders each decision state (task query, then every
 (tool name, observation text) pair so far) with the checkpoint's chat template and tokenizes it on the host;
 `apply` returns one logit per tool from the last hidden state. Only the adapters and the tool head train
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from common.lm import checkpoints
-from common.lm import tool_policy
+from phgpo import lm_tool_policy as tool_policy
 
 
 class PhGPOLMPolicy:

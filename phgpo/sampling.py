@@ -72,7 +72,7 @@ def sample_tools(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *
     chex.assert_type(valid_mask, bool)
     chex.assert_equal_shape([logits, valid_mask])
   if int(top_k) < 1:
-    raise ValueError(f"phgpo.top_k must be >= 1, got {top_k}.")
+    raise ValueError(f"top_k must be >= 1 (config key sampling.top_k), got {top_k}.")
   b, n = logits.shape
   k = min(int(top_k), n)
   logits = logits.astype(jnp.float32)

@@ -4,11 +4,17 @@
 kernel (progagent.tool_proxy.ToolProxy, here over a DirectConnection instead of a socket) and the same
 run rule (common.tool_wire.run_program: final-expression display, tracebacks, stdout/stderr order,
 truncation), so that for the same program and the same environment both runtimes return the same
-observation (tests/observation_identity_test.py checks every task oracle). What differs: no sandbox,
-no time limit, no memory limit, and output written below Python (a subprocess's, a C library's) is not
-captured (the kernel captures it); use it for trusted programs only (progagent.runtime is the real one).
-Runs in several threads at once keep their output apart (common.tool_wire routes sys.stdout/stderr per
-thread), so callers need no lock around run().
+observation (tests/observation_identity_test.py checks every task oracle and probes of the edges).
+The program's sys.stdout / sys.stderr are common.tool_wire.OutStream objects in both runtimes (the Python
+API of ipykernel's streams: no `.buffer`, write() takes str only, fileno() 1 / 2), and os.write to fd 1
+or 2 from the program's thread is captured in write order in both (common.tool_wire routes os.write per
+thread; the trainer's real fd 1 is never redirected, other threads' writes are untouched).
+What differs: no sandbox, no time limit, no memory limit, and output written below Python (a
+subprocess's, a C library's, a forked child's) or from a thread the program started is NOT captured
+here (it reaches the trainer's own stdout; the kernel captures it). So this runtime is for trusted
+programs only (task oracles, audits, oracle SFT data); progagent.runtime is the real one.
+Runs in several threads at once keep their output apart (common.tool_wire routes sys.stdout/stderr and
+os.write per thread), so callers need no lock around run().
 """
 
 from __future__ import annotations

@@ -458,6 +458,19 @@ class ToolServer(ToolHandler):
     if wait > 0:
       time.sleep(wait)
 
+  def _answer(self, line: bytes) -> dict:
+    """One request line -> its answer; a line that is not a JSON object (bad JSON, bad UTF-8, nested
+    past Python's recursion limit) is answered {"id": None, "error": "malformed request (...)"}."""
+    try:
+      req = json.loads(line)
+      if not isinstance(req, Mapping):
+        raise ValueError("not an object")
+    except RecursionError:
+      return {"id": None, "error": "malformed request (RecursionError: nested too deeply to decode)"}
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError included
+      return {"id": None, "error": f"malformed request ({type(e).__name__}: {str(e)[:200]})"}
+    return self.handle(req)
+
   def _serve(self, conn: socket.socket) -> None:
     f = conn.makefile("rb")
     try:
@@ -472,16 +485,14 @@ class ToolServer(ToolHandler):
           conn.sendall((json.dumps(out) + "\n").encode("utf-8"))
           break
         self._pace()
-        try:
-          req = json.loads(line)
-          if not isinstance(req, Mapping):
-            raise ValueError("not an object")
-        except ValueError as e:
-          out = {"id": None, "error": f"malformed request ({str(e)[:200]})"}
-        else:
-          out = self.handle(req)
+        out = self._answer(line)
         del line
-        conn.sendall((json.dumps(out, default=str) + "\n").encode("utf-8"))
+        try:
+          data = json.dumps(out, default=str)
+        except (ValueError, TypeError, RecursionError) as e:  # e.g. an "id" nested too deeply to encode
+          data = json.dumps({"id": None, "error": f"unanswerable request: its answer could not be encoded "
+                                                   f"({type(e).__name__})"})
+        conn.sendall((data + "\n").encode("utf-8"))
     except OSError:
       pass
     finally:

@@ -12,8 +12,8 @@ import optax
 
 from common.lm import model as model_lib
 from common.lm import testing
-from common.lm import tool_head
-from common.lm import tool_policy
+from phgpo import lm_tool_head as tool_head
+from phgpo import lm_tool_policy as tool_policy
 
 TOOLS = ["search_flights", "book_hotel", "get_weather", "send_email", "convert_currency"]
 _STATE = {}

@@ -12,6 +12,7 @@ episodes took 77 s on the 2-core project machine at load average 4.4 (other suit
 well under the 3-minute budget for CI, so all of them run by default (no `slow` subset).
 """
 
+import re
 import shutil
 import tempfile
 
@@ -31,6 +32,27 @@ PROBES = (
     "[len(names), call_first(3)]",
     "{'n': len(names), 'first': names[0], 'pair': (1, None)}",
     "undefined_variable + 1",
+)
+
+# The program's streams and output edges (one episode, first domain). The generator's repr carries its
+# address, which differs between any two processes: compared with addresses masked.
+STREAM_PROBES = (
+    "import sys\nsys.stdout.buffer.write(b'..')",
+    "import os\nos.write(1, b'rawfd\\n')\nprint('after')\nos.write(2, b'errfd\\n')\nprint('end')",
+    "import sys\nsys.stdout.write(b'bytes')",
+    "import sys, os\nprint(sys.stdout.fileno(), sys.stderr.fileno(), sys.stdout.isatty(), sys.stdout.encoding,"
+    " sys.stdout.name, sys.stdout.writable(), hasattr(sys.stderr, 'buffer'))\n"
+    "n = os.write(sys.stdout.fileno(), 'caf\u00e9 \\xff'.encode('latin-1'))\nprint(n, sys.stdout.write('w\\n'))",
+    "import sys\nfor i in range(3):\n    print('out', i)\n    print('err', i, file=sys.stderr)\n"
+    "sys.stderr.write('no newline')\nprint(' then out', flush=True)",
+    "None",
+    "print('before')\nNone",
+    "(x * 2 for x in range(3))",
+    "raise ValueError('line one\\nline two\\n  indented three')",
+    "print('y' * 120000)",
+    "s = 'h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642'\nprint(s)\ns",
+    "import sys\nsys.stdout.fileno = None\nsys.stdout.close()\nprint('after close')",
+    "print('stream reset')",
 )
 
 _CACHE = None
@@ -93,6 +115,31 @@ class IdentityTest(_Base):
     self.assertTrue(fourth.startswith("{'n': "), fourth)
     self.assertEqual(fifth.splitlines()[-1], "NameError: name 'undefined_variable' is not defined")
     self.assertEqual([o[1] for o in obs], ["failed", "ok", "failed", "ok", "failed"])
+
+  def test_stream_probes(self):
+    task_id = tasks_lib.task_ids(sorted(tasks_lib.DOMAINS)[0])[0]
+    inproc = _episode("inprocess", task_id, STREAM_PROBES)
+    kernel = _episode("kernel", task_id, STREAM_PROBES)
+    mask = lambda o: (re.sub(r"0x[0-9a-f]+", "0x?", o[0]),) + o[1:]
+    for turn, (a, b) in enumerate(zip(inproc, kernel)):
+      self.assertEqual(mask(a), mask(b), f"stream probe {turn} differs")
+    self.assertLen(kernel, len(STREAM_PROBES))
+    obs = [o[0] for o in kernel]
+    status = [o[1] for o in kernel]
+    self.assertTrue(obs[0].endswith("AttributeError: 'OutStream' object has no attribute 'buffer'\n"), obs[0])
+    self.assertEqual(status[0], "failed")
+    self.assertEqual(obs[1], "rawfd\nafter\nerrfd\nend\n")
+    self.assertTrue(obs[2].endswith("TypeError: write() argument must be str, not <class 'bytes'>\n"), obs[2])
+    self.assertTrue(obs[3].startswith("1 2 False UTF-8 stdout True False\ncaf"), obs[3])
+    self.assertEqual(obs[4], "out 0\nerr 0\nout 1\nerr 1\nout 2\nerr 2\nno newline then out\n")
+    self.assertEqual(status[5:7], ["ok", "ok"])
+    self.assertEqual(obs[6], "before\n")
+    self.assertRegex(obs[7], r"^<generator object <genexpr> at 0x[0-9a-f]+>\n$")
+    self.assertTrue(obs[8].endswith("ValueError: line one\nline two\n  indented three\n"), obs[8])
+    self.assertIn("characters cut", obs[9])
+    self.assertEqual(obs[10], "h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642\n"
+                     "'h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642'\n")
+    self.assertEqual(obs[12], "stream reset\n")
 
   @staticmethod
   def _tools(domain):

@@ -194,6 +194,84 @@ class DiskTest(absltest.TestCase):
     self.assertLess(sandbox_guard.disk_usage(ws), 16 * MIB)
     self.assertLess(time.monotonic() - t0, 25)
 
+  def test_deleted_open_files_count_against_the_budget(self):
+    # Before: 5 files of 3 MiB (each under the 8 MiB per-file limit), unlinked and kept open,
+    # were invisible to the folder scan; the program outlived its budget.
+    ws = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, ws)
+    cfg = sb.SandboxConfig(workspace_max_bytes=8 * MIB, quota_poll_s=0.1)
+    rc, out, s = _run("""
+        import os, time
+        held = []
+        for i in range(5):                # 15 MiB at most, none of it with a name
+          f = open(f"/workspace/f{i}", "wb")
+          f.write(b"x" * (3 << 20))
+          f.flush()
+          os.fsync(f.fileno())
+          os.unlink(f"/workspace/f{i}")
+          held.append(f)
+        time.sleep(5)
+        print("not stopped")
+        """, cfg, workspace=ws, timeout=30)
+    self.assertNotIn("not stopped", out)
+    self.assertEqual(rc, -signal.SIGKILL, out)
+    self.assertIn("disk quota exceeded", s.quota_exceeded())
+    self.assertIn("deleted files held open", s.quota_exceeded())
+
+  def test_deleted_mapped_files_count_against_the_budget(self):
+    ws = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, ws)
+    cfg = sb.SandboxConfig(workspace_max_bytes=8 * MIB, quota_poll_s=0.1)
+    rc, out, s = _run("""
+        import mmap, os, time
+        maps = []
+        for i in range(4):                # 12 MiB, held only by mappings (descriptors closed)
+          fd = os.open(f"/workspace/m{i}", os.O_RDWR | os.O_CREAT, 0o600)
+          os.ftruncate(fd, 3 << 20)
+          m = mmap.mmap(fd, 3 << 20)
+          m[:] = b"y" * (3 << 20)
+          m.flush()
+          os.close(fd)
+          os.unlink(f"/workspace/m{i}")
+          maps.append(m)
+        time.sleep(5)
+        print("not stopped")
+        """, cfg, workspace=ws, timeout=30)
+    self.assertNotIn("not stopped", out)
+    self.assertEqual(rc, -signal.SIGKILL, out)
+    self.assertIn("deleted files held open", s.quota_exceeded() or "", out)
+
+  def test_file_count_limit_kills_and_names_it(self):
+    # Before: no limit on the number of files (60,000 empty files were not stopped).
+    ws = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, ws)
+    cfg = sb.SandboxConfig(workspace_max_files=2000, quota_poll_s=0.1)
+    rc, out, s = _run("""
+        import os, time
+        for i in range(20000):            # empty files: no byte budget is touched
+          os.mkdir(f"/workspace/d{i}") if i % 1000 == 0 else None
+          open(f"/workspace/d{i - i % 1000}/f{i}", "w").close()
+        time.sleep(5)
+        print("not stopped")
+        """, cfg, workspace=ws, timeout=30)
+    self.assertNotIn("not stopped", out)
+    self.assertEqual(rc, -signal.SIGKILL, out)
+    self.assertIn("file limit exceeded", s.quota_exceeded() or "", out)
+    self.assertIn("workspace_max_files=2000", s.quota_exceeded())
+
+  def test_scan_stops_at_the_limits(self):
+    d = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, d)
+    for i in range(3000):
+      open(os.path.join(d, f"f{i}"), "w").close()
+    with open(os.path.join(d, "big"), "wb") as f:
+      f.write(b"z" * (2 * MIB))
+    self.assertEqual(sandbox_guard.scan_usage([d])[1], 3001)
+    self.assertEqual(sandbox_guard.scan_usage([d], max_files=100)[1], 101)
+    used, files = sandbox_guard.scan_usage([d], max_bytes=MIB)
+    self.assertGreater(used, MIB)
+    self.assertLessEqual(files, 3001)
+
   def test_stderr_flood_is_capped(self):
     log = tempfile.NamedTemporaryFile(prefix="agentrl-sec-", suffix=".log", delete=False)
     self.addCleanup(os.unlink, log.name)
@@ -281,6 +359,32 @@ class CleanupTest(absltest.TestCase):
       self.assertIn(p, removed)
     time.sleep(0.2)
     self.assertFalse(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+
+  def test_env_log_is_named_by_owner_and_swept(self):
+    # Before: agentrl-env-XXXX.log carried no pid, and a SIGKILLed owner's log stayed forever.
+    from common.env_client import EnvClient, EnvSpec
+    with EnvClient(EnvSpec("common.envs.probe_env:ProbeEnv"), sandbox=sb.SandboxConfig(enabled=False)) as c:
+      self.assertTrue(os.path.basename(c.stderr_path).startswith(f"agentrl-env-{os.getpid()}-"),
+                      c.stderr_path)
+    self.assertFalse(os.path.exists(c.stderr_path))
+    owner = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, signal
+        from common import sandbox_guard
+        print(sandbox_guard.owned_tempfile("env", suffix=".log"), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    self.assertEqual(owner.returncode, -signal.SIGKILL)
+    log = owner.stdout.strip()
+    self.assertTrue(os.path.isfile(log), log)
+    outside = tempfile.NamedTemporaryFile(prefix="sec-target-", delete=False)
+    self.addCleanup(os.unlink, outside.name)
+    link = log[:-len(".log")] + "-link"
+    os.symlink(outside.name, link)   # a link in the scheme is removed, its target left alone
+    removed = sb.sweep_stale()
+    self.assertIn(log, removed)
+    self.assertFalse(os.path.exists(log))
+    self.assertFalse(os.path.lexists(link))
+    self.assertTrue(os.path.exists(outside.name))
 
   def test_live_owner_is_not_swept(self):
     d = sandbox_guard.owned_tempdir("ws")

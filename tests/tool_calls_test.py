@@ -93,6 +93,33 @@ def _qwen(name, **args):
   return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
+class ParseResponseEdgeTest(parameterized.TestCase):
+  """Replies a policy under RL can produce: none may crash the driver or hide a call."""
+
+  @parameterized.parameters(1000, 5000, 20000)
+  def test_deep_nesting_is_a_named_error(self, depth):
+    for text in ("<tool_call>" + "[" * depth + "]" * depth + "</tool_call>",
+                 '{"name": "x", "arguments": ' + "[" * depth + "]" * depth + "}"):
+      r = parse_response(text)
+      self.assertEqual(r.tool_calls, [])
+      self.assertEqual(r.error_kind, "invalid_json")
+      self.assertIn("tool call error", r.error)
+    self.assertEqual(parse_tool_call(text).kind, "error")
+
+  def test_think_tag_inside_a_program_is_content(self):
+    code = "print('</think>')"
+    r = parse_response(_qwen("programmatic_tool_call", code=code))
+    self.assertEqual(r.tool_calls, [{"name": "programmatic_tool_call", "arguments": {"code": code}}])
+    self.assertIsNone(r.error)
+    r = parse_response("<think>plan</think>\n" + _qwen("programmatic_tool_call", code=code))
+    self.assertEqual(r.reasoning, "plan")
+    self.assertEqual(r.tool_calls[0]["arguments"]["code"], code)
+    code = "s = '<think>'\nprint(s)"   # an opening tag inside code is not an unclosed reasoning block
+    r = parse_response(_qwen("programmatic_tool_call", code=code))
+    self.assertIsNone(r.error)
+    self.assertEqual(r.tool_calls[0]["arguments"]["code"], code)
+
+
 class ParseResponseTest(parameterized.TestCase):
 
   def test_several_qwen_calls_are_all_returned(self):

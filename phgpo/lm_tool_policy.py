@@ -13,7 +13,7 @@ checkpoint's chat template as
 tokenized, and left-truncated by dropping the oldest (call, observation) pairs when longer than
 max_length (then, if still too long, keeping the last max_length tokens). The policy is
   pi_theta(a | s) = softmax_a( h(s) . w_a + c_a ),  h(s) = last hidden state of the rendered state,
-with w_a initialised to the mean embedding of tool a's name tokens (`common.lm.tool_head`).
+with w_a initialised to the mean embedding of tool a's name tokens (`phgpo.lm_tool_head`).
 Trainable: the LoRA adapters (rank `lora.rank`, alpha `lora.alpha`, published PhGPO setting 64 / 128) and
 the tool head; the base weights stay frozen (`optimizer(tx)`); rank 0 fine-tunes everything.
 Source: PhGPO (arXiv 2602.13691): pi_theta on a Qwen2.5-7B / Llama3.1-8B backbone with LoRA r 64 /
@@ -33,7 +33,7 @@ import optax
 from common.lm import lora as lora_lib
 from common.lm import model as model_lib
 from common.lm import sharding as sharding_lib
-from common.lm import tool_head as head_lib
+from phgpo import lm_tool_head as head_lib
 from common.lm.config import load_config
 from common.lm.loading import load_params, load_tokenizer
 from common.lm.sampling import bucket_length

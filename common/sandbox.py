@@ -329,7 +329,7 @@ class Sandbox:
     used, files = sandbox_guard.scan_usage(paths, max_bytes=max_b, max_files=max_n)
     held_b = held_n = 0
     if not ((max_b and used > max_b) or (max_n and files > max_n)):
-      held_b, held_n = self._held.update(self.cgroup.pids(), sandbox_guard.devices(paths))
+      held_b, held_n = self._held.update(self.cgroup.pids(), sandbox_guard.devices(paths), c.uid)
     used, files = used + held_b, files + held_n
     where = ", ".join(paths) + (f" (+ {held_n} deleted files held open)" if held_n else "")
     if max_b and used > max_b:

@@ -239,8 +239,9 @@ class OpenDeleted:
   A file unlinked while open keeps its blocks until the last descriptor or mapping goes, and no
   folder scan sees it. `update` stats `/proc/<pid>/fd/*` (and `/proc/<pid>/map_files/*` of the
   `(deleted)` lines of `/proc/<pid>/maps`) of the cgroup's members, keeping regular files with
-  st_nlink == 0 on the quota paths' filesystems (O_TMPFILE files included; memfd and tmpfs files
-  are not on them and count against the memory limit instead). Work per call is bounded by
+  st_nlink == 0 owned by the sandbox user on the quota paths' filesystems (O_TMPFILE files
+  included; memfd and tmpfs files are not on them and count against the memory limit instead;
+  host files deleted under a read-only bind, owned by someone else, do not count). Work per call is bounded by
   FD_SCAN_BUDGET: members are scanned in turn from where the last call stopped, and the last
   result of each member not rescanned is kept. Host pids; needs root (the sandbox's launcher is).
   """
@@ -249,8 +250,9 @@ class OpenDeleted:
     self._held: dict[int, dict[tuple[int, int], int]] = {}
     self._next = 0
 
-  def update(self, pids, devs) -> tuple[int, int]:
-    """Returns (bytes allocated, number of distinct files) held by `pids` (list[int])."""
+  def update(self, pids, devs, uid: int) -> tuple[int, int]:
+    """Returns (bytes allocated, number of distinct files) held by `pids` (list[int]) on the
+    filesystems `devs` (set of st_dev) and owned by `uid`."""
     pids = sorted(pids)
     for p in list(self._held):
       if p not in pids:
@@ -263,7 +265,7 @@ class OpenDeleted:
         if spent >= FD_SCAN_BUDGET:
           self._next = pid
           break
-        held, n = _held_by(pid, devs)
+        held, n = _held_by(pid, devs, uid)
         spent += n
         self._held[pid] = held
       else:
@@ -274,8 +276,8 @@ class OpenDeleted:
     return sum(union.values()), len(union)
 
 
-def _held_by(pid: int, devs) -> tuple[dict[tuple[int, int], int], int]:
-  """({(dev, ino): bytes} of deleted regular files pid holds on `devs`, entries examined)."""
+def _held_by(pid: int, devs, uid: int) -> tuple[dict[tuple[int, int], int], int]:
+  """({(dev, ino): bytes} of deleted regular files of `uid` pid holds on `devs`, entries examined)."""
   held, n = {}, 0
   paths = []
   try:
@@ -294,7 +296,7 @@ def _held_by(pid: int, devs) -> tuple[dict[tuple[int, int], int], int]:
       st = os.stat(path)
     except OSError:
       continue
-    if st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and st.st_dev in devs:
+    if st.st_nlink == 0 and stat.S_ISREG(st.st_mode) and st.st_dev in devs and st.st_uid == uid:
       held[(st.st_dev, st.st_ino)] = st.st_blocks * 512
   return held, n
 

@@ -477,7 +477,8 @@ class OutStream(io.TextIOBase):
 class _Router:
   """sys.stdout / sys.stderr stand-in: in a thread running a program it is that program's OutStream
   (every attribute read or set, write() and fileno() included, so a program cannot change the stream
-  other threads and later programs use); elsewhere the stream it replaced."""
+  other threads and later programs use); elsewhere the stream it replaced (attributes set outside a
+  program, e.g. IPython's per-cell write tee, are the router's own)."""
 
   _local = threading.local()
 
@@ -504,11 +505,17 @@ class _Router:
   def __getattr__(self, name: str) -> Any:
     return getattr(self._router_current(), name)
 
-  def __setattr__(self, name: str, value: Any) -> None:
-    setattr(self._router_current(), name, value)
+  def __setattr__(self, name: str, value: Any) -> None:  # outside programs: on the router (IPython's tee)
+    if getattr(_Router._local, "streams", None) is None:
+      object.__setattr__(self, name, value)
+    else:
+      setattr(self._router_current(), name, value)
 
   def __delattr__(self, name: str) -> None:
-    delattr(self._router_current(), name)
+    if getattr(_Router._local, "streams", None) is None:
+      object.__delattr__(self, name)
+    else:
+      delattr(self._router_current(), name)
 
 
 _REAL_OS_WRITE = os.write

@@ -1,36 +1,37 @@
-"""PlanPO's SFT data: TextWorldExpress gold trajectories made wasteful, in the windowed rollout format.
+"""PlanPO's SFT data: TextWorldExpress gold trajectories made wasteful, played by the rollout driver.
 
-  episodes = gold_episodes(pool.workers[0], task_ids, config=config, seed=0)   # text only
-  corpus = tokenizer_corpus(episodes, config)        # train the tiny tokenizer on these
-  rows = sft_rows(episodes, chat, config)            # [(prompt_ids, response_ids)], one per turn
+  corpus = tokenizer_corpus(gold_episodes(pool, task_ids, config=config, seed=0))   # text only
+  episodes = gold_episodes(pool, task_ids, config=config, seed=s, chat=policy.chat)
+  rows = sft_rows(episodes)                          # [(prompt_ids, response_ids)], one per turn
 
-Each episode replays the simulator's gold action sequence (the env's `gold_actions` query) through the
-same environment worker API the rollouts use, with inserted detours: valid but unneeded admissible
-actions ('look around', 'inventory', or a move followed by the move back), each turn preceded with
-probability `sft.detour_prob`, at most `sft.max_detours` per episode. Every reply is
+Each episode is played by THE driver (common.rollout.RolloutDriver, mode 'window', the same window
+settings as the RL rollouts) with a common.rollout.ScriptedPolicy that replays the simulator's gold action
+sequence (the env's `gold_actions` query) with inserted detours: valid but unneeded admissible actions
+('look around', 'inventory', or a move followed by the move back), each turn preceded with probability
+`sft.detour_prob`, at most `sft.max_detours` per episode. Every reply is
 '<think>REASONING</think><action>ACTION</action>' with a reasoning of a varied number of filler
 sentences (uniform in [`sft.think_min_sentences`, `sft.think_max_sentences`]). The SFT policy thus
 learns to succeed often but wastefully (extra turns, long replies): room for PlanPO's length terms
-(issue 10, item 3). An episode the replay does not win is dropped.
+(issue 10, item 3). An episode the driver does not end with a win within `env.max_turns` is dropped.
 
-The window state of each turn is advanced by the driver's own functions (common.windowed.start /
-on_response / on_step) and rendered by common.windowed.prompt_ids with the driver's observation clip
-(common.tool_wire.truncate_output at `rollout.max_observation_chars`) and no system message, so SFT
-prompts are token for token what the rollout driver (planpo/rollouts.py) shows the policy.
+SFT rows are the driver's own turn records (prompt_ids, response_ids), so SFT prompts are token for token
+what the rollouts (planpo/rollouts.py) show the policy: window rendering, observation clip at
+`rollout.max_observation_chars`, no system message. Before a tokenizer exists (the tokenizer corpus), the
+episodes are played with a byte-level fallback chat; only their text is used then.
 Config keys `sft.detour_prob`, `sft.max_detours`, `sft.think_min_sentences`, `sft.think_max_sentences`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import logging
 from typing import Any, Sequence
 
 import numpy as np
 
-from common import tool_wire
+from common import chat as chat_lib
+from common import rollout as rollout_lib
+from common import trajectory as traj_lib
 from common import windowed as win_lib
 
 _log = logging.getLogger(__name__)
@@ -40,25 +41,31 @@ FILLER = ("I look at what the room holds.", "The goal is not reached yet.", "Let
           "This step follows from the observation.", "I remember the rooms I have seen.",
           "It is worth being careful here.", "The next move should help.")
 HARMLESS = ("look around", "inventory")
+NO_ACTION = "<think>The gold actions are done.</think>"
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
 
 @dataclasses.dataclass
 class EpisodeTurn:
-  """One SFT turn: the window state the policy sees (before the turn) and the reply it should give."""
-  state: win_lib.WindowState
+  """One SFT turn, as the rollout driver recorded it.
+
+  Attributes:
+    prompt_text: the turn's user message (common.windowed.render of the window the policy saw).
+    response: the reply text.
+    prompt_ids / response_ids: the driver's prompt tokens and the reply's tokens + end-of-turn id
+      (list[int], in the chat the episodes were played with).
+    detour: the action was a detour, not a gold action.
+  """
+  prompt_text: str
   response: str
+  prompt_ids: list[int]
+  response_ids: list[int]
   detour: bool
 
 
 def window_config(config) -> win_lib.WindowConfig:
   """common.windowed.WindowConfig from config keys `rollout.window.*`."""
   return win_lib.WindowConfig(**{k: config.rollout.window[k] for k in win_lib.WindowConfig._fields})
-
-
-def clip_fn(config):
-  """The driver's observation clip (RolloutDriver._clip) at `rollout.max_observation_chars`."""
-  return functools.partial(tool_wire.truncate_output, limit=int(config.rollout.max_observation_chars))
 
 
 def reply(action: str, n_sentences: int, rng: np.random.Generator) -> str:
@@ -77,59 +84,101 @@ def _detour(admissible: Sequence[str], gold_next: str, rng, moves: bool = True) 
   return list(opts[rng.integers(len(opts))]) if opts else []
 
 
-def _act(a: str) -> dict:
-  return {"name": "action", "arguments": {"action": a}}
+class _RecordingChat(chat_lib.ChatTemplate):
+  """A ChatTemplate that remembers the user message of the last prompt it rendered."""
+
+  last_user_text = ""
+
+  @classmethod
+  def like(cls, chat) -> "_RecordingChat":
+    """The same chat format as `chat` (a ChatTemplate, with all its settings, or a tokenizer)."""
+    base = chat if isinstance(chat, chat_lib.ChatTemplate) else chat_lib.ChatTemplate(chat)
+    rec = object.__new__(cls)
+    rec.__dict__.update(vars(base))
+    return rec
+
+  def prompt_ids(self, messages, tools=None):
+    self.last_user_text = str(messages[-1]["content"])
+    return super().prompt_ids(messages, tools)
 
 
-def gold_episode(worker, task_id: str, *, config, rng: np.random.Generator,
+class _GoldScript:
+  """ScriptedPolicy script of one episode: the gold actions with detours (module docstring).
+
+  The detour choice reads the admissible actions of the current state from the worker the driver runs
+  the episode on (`RolloutDriver.worker_for`: its 'admissible_actions' query, the list the prompt shows).
+  """
+
+  def __init__(self, gold: Sequence[str], config, rng: np.random.Generator, moves: bool):
+    self.gold, self.s, self.rng, self.moves = list(gold), config.sft, rng, moves
+    self.driver = self.chat = None
+    self.plan: list[tuple[str, bool]] = []
+    self.i = self.detours = 0
+    self.turns: list[tuple[str, str, bool]] = []   # (prompt_text, response, detour) per turn
+
+  def __call__(self, request) -> str:
+    s, rng = self.s, self.rng
+    admissible = list(self.driver.worker_for(request.episode).query("admissible_actions"))
+    while self.i < len(self.gold) or self.plan:
+      if not self.plan:
+        if self.detours < s.max_detours and rng.random() < s.detour_prob and admissible:
+          d = _detour(admissible, self.gold[self.i], rng, self.moves)
+          if d:
+            self.detours += 1
+            self.plan = [(a, True) for a in d]   # the move back is played only if still admissible then
+        if not self.plan:
+          self.plan, self.i = [(self.gold[self.i], False)], self.i + 1
+      action, is_detour = self.plan.pop(0)
+      if is_detour and action not in admissible:
+        self.plan = []
+        continue
+      text = reply(action, int(rng.integers(s.think_min_sentences, s.think_max_sentences + 1)), rng)
+      self.turns.append((self.chat.last_user_text, text, is_detour))
+      return text
+    self.turns.append((self.chat.last_user_text, NO_ACTION, False))
+    return NO_ACTION   # the gold actions ran out before a win: an unreadable reply until the turn limit
+
+
+def driver_config(config) -> rollout_lib.RolloutConfig:
+  """The rollout driver's settings for SFT data: window mode, one episode (reset seed 0), `env.max_turns`,
+  `rollout.max_observation_chars`; no token limit (SFT rows are never cut)."""
+  return rollout_lib.RolloutConfig(group_size=1, max_turns=int(config.env.max_turns), max_context_tokens=1 << 30,
+                                   max_response_tokens=1 << 30,
+                                   max_observation_chars=int(config.rollout.max_observation_chars), seed=0,
+                                   seed_mode="fixed", mode="window", window=window_config(config))
+
+
+def gold_episode(pool, task_id: str, *, config, rng: np.random.Generator, chat=None,
                  moves: bool = True) -> list[EpisodeTurn] | None:
-  """Replays one task's gold actions with detours on `worker` (a common.env_pool worker); None if not won.
-  moves: detours may be a move and the move back (which can strand the replay: then None)."""
-  s, cfg = config.sft, window_config(config)
-  gold = list(worker.query("gold_actions", task_id=task_id))
-  obs = worker.reset(task_id, 0)
-  state = win_lib.start(obs, worker.query("episode_info"))
-  plan: list[tuple[str, bool]] = []
-  turns: list[EpisodeTurn] = []
-  detours = 0
-  i = 0
-  won = False
-  while i < len(gold) or plan:
-    if not plan:
-      if detours < s.max_detours and rng.random() < s.detour_prob and state.admissible:
-        d = _detour(state.admissible, gold[i], rng, moves)
-        if d:
-          detours += 1
-          plan = [(d[0], True)]
-          if len(d) > 1:
-            plan.append((d[1], True))   # the move back is planned only if still admissible then
-      if not plan:
-        plan, i = [(gold[i], False)], i + 1
-    action, is_detour = plan.pop(0)
-    if is_detour and state.admissible is not None and action not in state.admissible:
-      plan = []
-      continue
-    text = reply(action, int(rng.integers(s.think_min_sentences, s.think_max_sentences + 1)), rng)
-    turns.append(EpisodeTurn(copy.deepcopy(state), text, is_detour))
-    turn = win_lib.WindowTurn(prompt_ids=[], response_ids=[])
-    win_lib.on_response(turn, state, win_lib.parse(text, cfg), cfg)
-    res = worker.step(_act(action))
-    win_lib.on_step(turn, state, res.status, res.observation, res.info, cfg)
-    won = bool(res.info.get("won"))
-    if res.done:
-      break
-  return turns if won and len(turns) <= config.env.max_turns else None
+  """One task's gold actions with detours, played by common.rollout.RolloutDriver (window mode) with a
+  common.rollout.ScriptedPolicy on `pool` (a common.env_pool.WorkerPool of TwxToolEnv); None if not won.
+
+  chat: the common.chat.ChatTemplate (or tokenizer) of the prompts; None: a byte-level fallback chat
+  (the text is what matters: the tokenizer corpus before a tokenizer exists).
+  moves: detours may be a move and the move back (which can strand the replay: then None).
+  """
+  rec = _RecordingChat.like(chat if chat is not None else traj_lib.ByteTokenizer())
+  gold = list(pool.workers[0].query("gold_actions", task_id=task_id))
+  script = _GoldScript(gold, config, rng, moves)
+  driver = rollout_lib.RolloutDriver(pool, rollout_lib.ScriptedPolicy(script, rec), rec,
+                                     config=driver_config(config))
+  script.driver, script.chat = driver, rec
+  traj = driver.run([task_id])[0]
+  if not traj.success or traj.termination != "done":
+    return None
+  return [EpisodeTurn(text, response, list(t.prompt_ids), list(t.response_ids), detour)
+          for (text, response, detour), t in zip(script.turns, traj.turns)]
 
 
-def gold_episodes(worker, task_ids: Sequence[str], *, config, seed: int) -> list[list[EpisodeTurn]]:
+def gold_episodes(pool, task_ids: Sequence[str], *, config, seed: int, chat=None) -> list[list[EpisodeTurn]]:
   """gold_episode of every task (numpy seed [seed, 5]); an episode not won (or over env.max_turns) is replayed
   with harmless detours only, and dropped if that fails too."""
   rng = np.random.default_rng([seed, 5])
   out = []
   for t in task_ids:
-    ep = gold_episode(worker, t, config=config, rng=rng)
+    ep = gold_episode(pool, t, config=config, rng=rng, chat=chat)
     if ep is None:
-      ep = gold_episode(worker, t, config=config, rng=rng, moves=False)
+      ep = gold_episode(pool, t, config=config, rng=rng, chat=chat, moves=False)
     if ep is None:
       _log.warning("SFT: the gold replay of %s was not won within env.max_turns; dropped", t)
       continue
@@ -137,21 +186,14 @@ def gold_episodes(worker, task_ids: Sequence[str], *, config, seed: int) -> list
   return out
 
 
-def tokenizer_corpus(episodes: Sequence[Sequence[EpisodeTurn]], config) -> list[str]:
+def tokenizer_corpus(episodes: Sequence[Sequence[EpisodeTurn]]) -> list[str]:
   """The rendered user messages and replies of the episodes (the tiny tokenizer's training text)."""
-  cfg, clip = window_config(config), clip_fn(config)
-  return [x for ep in episodes for t in ep for x in (win_lib.render(t.state, cfg, clip), t.response)]
+  return [x for ep in episodes for t in ep for x in (t.prompt_text, t.response)]
 
 
-def sft_rows(episodes: Sequence[Sequence[EpisodeTurn]], chat, config) -> list[tuple[list[int], list[int]]]:
+def sft_rows(episodes: Sequence[Sequence[EpisodeTurn]]) -> list[tuple[list[int], list[int]]]:
   """(prompt_ids, response_ids) per turn: the driver's prompt and the reply's tokens + end-of-turn id."""
-  cfg, clip = window_config(config), clip_fn(config)
-  out = []
-  for ep in episodes:
-    for t in ep:
-      prompt = win_lib.prompt_ids(chat, t.state, cfg, system=None, clip=clip)
-      out.append((list(prompt), list(chat.encode(t.response)) + [chat.end_id]))
-  return out
+  return [(list(t.prompt_ids), list(t.response_ids)) for ep in episodes for t in ep]
 
 
 def episode_stats(episodes: Sequence[Sequence[EpisodeTurn]]) -> dict[str, Any]:

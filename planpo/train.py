@@ -31,6 +31,7 @@ import os
 import time
 from typing import Any, NamedTuple, Sequence
 
+import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -99,8 +100,24 @@ def _tx(lr: float, grad_clip: float) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(lr, weight_decay=0.0))
 
 
-def init_state(params, lr: float, grad_clip: float) -> dict:
-  return commit({"params": params, "opt_state": _tx(lr, grad_clip).init(params), "step": jnp.zeros((), jnp.int32)})
+@flax.struct.dataclass
+class TrainState:
+  """The whole train state of an SFT or RL stage, saved as one Orbax checkpoint (common.checkpoint).
+
+  Attributes:
+    params: the model parameters.
+    opt_state: the optax state of `_tx` (clip by global norm, then AdamW).
+    step: i32[] optimizer steps (SFT) or RL steps done.
+  """
+  params: Any
+  opt_state: Any
+  step: jax.Array
+
+
+def init_state(params, lr: float, grad_clip: float) -> TrainState:
+  """A fresh TrainState: params, optimizer state, step 0 (committed to the default device)."""
+  return commit(TrainState(params=params, opt_state=_tx(lr, grad_clip).init(params),
+                           step=jnp.zeros((), jnp.int32)))
 
 
 @functools.partial(jax.jit, static_argnames=("model", "lr", "grad_clip"))
@@ -109,9 +126,9 @@ def sft_update(state, tokens, attn, mask, *, model, lr, grad_clip):
   def loss_fn(p):
     lp = model_lib.token_logprobs(p, tokens, attn, config=model)
     return -jnp.sum(jnp.where(mask, lp, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
-  loss, g = jax.value_and_grad(loss_fn)(state["params"])
-  upd, opt = _tx(lr, grad_clip).update(g, state["opt_state"], state["params"])
-  new = {"params": optax.apply_updates(state["params"], upd), "opt_state": opt, "step": state["step"] + 1}
+  loss, g = jax.value_and_grad(loss_fn)(state.params)
+  upd, opt = _tx(lr, grad_clip).update(g, state.opt_state, state.params)
+  new = TrainState(params=optax.apply_updates(state.params, upd), opt_state=opt, step=state.step + 1)
   return new, {"loss": loss, "grad_norm": optax.tree.norm(g)}
 
 
@@ -126,9 +143,9 @@ def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, lr, 
   def loss_fn(p):
     lp = model_lib.token_logprobs(p, tokens, attn, config=model, temperature=temperature)
     return objective.policy_loss(lp, logp_old, logp_ref, adv, mask, **dict(loss_kw))
-  (loss, m), g = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
-  upd, opt = _tx(lr, grad_clip).update(g, state["opt_state"], state["params"])
-  new = {"params": optax.apply_updates(state["params"], upd), "opt_state": opt, "step": state["step"]}
+  (loss, m), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  upd, opt = _tx(lr, grad_clip).update(g, state.opt_state, state.params)
+  new = TrainState(params=optax.apply_updates(state.params, upd), opt_state=opt, step=state.step)
   return new, dict(m, loss=loss, grad_norm=optax.tree.norm(g))
 
 
@@ -194,7 +211,7 @@ def _pad_rows(rows: Sequence[tuple[list[int], list[int]]], n: int, pad_id: int):
   return tok, attn, mask
 
 
-def run_sft(config, policy: Policy, rows, d: str, seed: int) -> dict:
+def run_sft(config, policy: Policy, rows, d: str, seed: int) -> TrainState:
   """SFT for `sft.epochs` over the rows in batches of `sft.batch_size` (fresh order per epoch); resumes."""
   s = config.sft
   state = init_state(policy.params, s.lr, config.optim.grad_clip)
@@ -228,7 +245,7 @@ class StopRequested(Exception):
 
 
 def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, train_tasks, d: str, seed: int,
-           budget: list) -> dict:
+           budget: list) -> TrainState:
   """`rl.steps` RL steps of `method` from `init_params`; the KL reference is `ref_params`; resumes."""
   rl = config.rl
   state = init_state(init_params, rl.lr, config.optim.grad_clip)
@@ -244,7 +261,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
       rng = np.random.default_rng([seed, 17, step])
       tasks = [train_tasks[i] for i in rng.choice(len(train_tasks), n_tasks, replace=n_tasks > len(train_tasks))]
       key = jax.random.fold_in(jax.random.key(seed * 1000 + RL_METHODS.index(method)), step)
-      sampler = rollouts.make_sampler(state["params"], policy, key=key, rows=n_tasks * G, temperature=temp,
+      sampler = rollouts.make_sampler(state.params, policy, key=key, rows=n_tasks * G, temperature=temp,
                                       config=config)
       t0 = time.monotonic()
       trajs = rollouts.run_rollouts(pool, sampler, policy.chat, tasks, config=config, group_size=G, seed=step)
@@ -252,7 +269,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
       b = rollouts.collate(trajs, pad_id=pad)
       adv = compute_advantages(method, b, config=config, num_groups=n_tasks, num_rollouts=n_tasks * G, step=step)
       tok, attn, mask = jnp.asarray(b["tokens"]), jnp.asarray(b["attn"]), jnp.asarray(b["policy_mask"])
-      logp_old = score(state["params"], tok, attn, model=policy.model, temperature=temp)
+      logp_old = score(state.params, tok, attn, model=policy.model, temperature=temp)
       logp_ref = score(ref_params, tok, attn, model=policy.model, temperature=temp)
       rows = tok.shape[0]
       mb = max(1, rows // int(rl.minibatches))
@@ -264,7 +281,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
                              adv["advantages"][sel], model=policy.model, lr=float(rl.lr),
                              grad_clip=float(config.optim.grad_clip), temperature=temp, loss_kw=_loss_kw(config))
         ms.append(jax.device_get(m))
-      state = dict(state, step=jnp.asarray(step + 1, jnp.int32))
+      state = state.replace(step=jnp.asarray(step + 1, jnp.int32))
       t2 = time.monotonic()
       valid = b["valid"]
       row = {f"rollout/{k}": v for k, v in rollouts.episode_metrics(trajs).items()}
@@ -334,15 +351,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     w0 = pool.workers[0]
     train_tasks = rollouts.task_ids(w0, config, config.env.train_split, config.env.train_tasks)
     eval_tasks = rollouts.task_ids(w0, config, config.env.eval_split, config.env.eval_tasks)
-    corpus = data.tokenizer_corpus(data.gold_episodes(w0, train_tasks, config=config, seed=0), config)
+    corpus = data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
     policy = load_policy(config, corpus)   # one tokenizer and initial model for every seed
     for seed in config.seeds:
-      episodes = data.gold_episodes(w0, train_tasks, config=config, seed=int(seed))
+      episodes = data.gold_episodes(pool, train_tasks, config=config, seed=int(seed), chat=policy.chat)
       sd = os.path.join(workdir, f"seed_{seed}")
       sft_dir = os.path.join(sd, "sft")
-      rows = data.sft_rows(episodes, policy.chat, config)
+      rows = data.sft_rows(episodes)
       sft_state = run_sft(config, policy, rows, sft_dir, int(seed))
-      sft_params = sft_state["params"]
+      sft_params = sft_state.params
       if "sft" in results:
         results["sft"].append(evaluate(config, policy, sft_params, pool, eval_tasks, sft_dir, int(seed))
                               | data.episode_stats(episodes))
@@ -352,7 +369,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
         md = os.path.join(sd, method)
         if not os.path.exists(os.path.join(md, "eval.json")):
           st = run_rl(config, policy, method, sft_params, sft_params, pool, train_tasks, md, int(seed), budget)
-          params = st["params"]
+          params = st.params
         else:
           params = None
         results[method].append(evaluate(config, policy, params, pool, eval_tasks, md, int(seed)))

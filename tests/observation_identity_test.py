@@ -14,6 +14,7 @@ well under the 3-minute budget for CI, so all of them run by default (no `slow` 
 
 import re
 import shutil
+import sys
 import tempfile
 
 from absl.testing import absltest, parameterized
@@ -52,7 +53,7 @@ STREAM_PROBES = (
     "print('y' * 120000)",
     "s = 'h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642'\nprint(s)\ns",
     "import sys\nsys.stdout.fileno = None\nsys.stdout.close()\nprint('after close')",
-    "print('stream reset')",
+    "import sys\nprint('stream reset', sys.stdout.fileno(), sys.stdout.closed)",
 )
 
 _CACHE = None
@@ -139,7 +140,10 @@ class IdentityTest(_Base):
     self.assertIn("characters cut", obs[9])
     self.assertEqual(obs[10], "h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642\n"
                      "'h\u00e9llo w\u00f6rld \u2713 \u65e5\u672c \U0001f642'\n")
-    self.assertEqual(obs[12], "stream reset\n")
+    self.assertTrue(obs[11].endswith("ValueError: I/O operation on closed file\n"), obs[11])
+    self.assertEqual(obs[12], "stream reset 1 False\n")  # a program's changes to its streams end with it
+    self.assertEqual(obs[3], "1 2 False UTF-8 stdout True False\ncaf\ufffd \ufffdw\n6 2\n")
+    self.assertTrue(callable(sys.stdout.fileno))
 
   @staticmethod
   def _tools(domain):

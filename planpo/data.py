@@ -139,10 +139,11 @@ class _GoldScript:
     return NO_ACTION   # the gold actions ran out before a win: an unreadable reply until the turn limit
 
 
-def driver_config(config) -> rollout_lib.RolloutConfig:
-  """The rollout driver's settings for SFT data: window mode, one episode (reset seed 0), `env.max_turns`,
-  `rollout.max_observation_chars`; no token limit (SFT rows are never cut)."""
-  return rollout_lib.RolloutConfig(group_size=1, max_turns=int(config.env.max_turns), max_context_tokens=1 << 30,
+def driver_config(config, max_turns: int | None = None) -> rollout_lib.RolloutConfig:
+  """The rollout driver's settings for SFT data: window mode, one episode (reset seed 0), `max_turns`
+  (default `env.max_turns`), `rollout.max_observation_chars`; no token limit (SFT rows are never cut)."""
+  max_turns = int(config.env.max_turns if max_turns is None else max_turns)
+  return rollout_lib.RolloutConfig(group_size=1, max_turns=max_turns, max_context_tokens=1 << 30,
                                    max_response_tokens=1 << 30,
                                    max_observation_chars=int(config.rollout.max_observation_chars), seed=0,
                                    seed_mode="fixed", mode="window", window=window_config(config))
@@ -160,11 +161,14 @@ def gold_episode(pool, task_id: str, *, config, rng: np.random.Generator, chat=N
   rec = _RecordingChat.like(chat if chat is not None else traj_lib.ByteTokenizer())
   gold = list(pool.workers[0].query("gold_actions", task_id=task_id))
   script = _GoldScript(gold, config, rng, moves)
+  # The script is played to its end (every gold action and detour, at most 2 actions each), and an episode
+  # longer than env.max_turns is dropped afterwards: the random draws per task do not depend on the limit.
+  limit = len(gold) + 2 * int(config.sft.max_detours) + 1
   driver = rollout_lib.RolloutDriver(pool, rollout_lib.ScriptedPolicy(script, rec), rec,
-                                     config=driver_config(config))
+                                     config=driver_config(config, limit))
   script.driver, script.chat = driver, rec
   traj = driver.run([task_id])[0]
-  if not traj.success or traj.termination != "done":
+  if not traj.success or traj.termination != "done" or len(traj.turns) > int(config.env.max_turns):
     return None
   return [EpisodeTurn(text, response, list(t.prompt_ids), list(t.response_ids), detour)
           for (text, response, detour), t in zip(script.turns, traj.turns)]

@@ -113,5 +113,47 @@ class SmokeTest(absltest.TestCase):
       self.assertEqual(rows[0], rows[1], method)
 
 
+@absltest.skipUnless(HAVE_TWX, "needs java and textworld-express")
+class GoldEpisodesTest(absltest.TestCase):
+  """SFT episodes are played by THE rollout driver (a ScriptedPolicy): their rows are the driver's turns."""
+
+  def test_rows_are_driver_prompts(self):
+    from common import chat as chat_lib
+    from common import rollout as rollout_lib
+    from common import windowed as win_lib
+    from common.lm import testing as lm_testing
+    from planpo import data
+    from planpo import rollouts
+    config = planpo_twx.get_config("smoke")
+    pool = rollouts.make_pool(config, num_workers=1)
+    self.addCleanup(pool.close)
+    tasks = rollouts.task_ids(pool.workers[0], config, config.env.train_split, 3)
+    corpus = data.tokenizer_corpus(data.gold_episodes(pool, tasks, config=config, seed=0))
+    chat = chat_lib.ChatTemplate(lm_testing.build_tokenizer(extra_text=corpus))
+    episodes = data.gold_episodes(pool, tasks, config=config, seed=0, chat=chat)
+    self.assertLen(episodes, 3)
+    self.assertEqual(data.tokenizer_corpus(episodes), corpus)   # the same play, whatever the chat
+    self.assertGreater(data.episode_stats(episodes)["sft/detour_turns"], 0)
+    rows = data.sft_rows(episodes)
+    self.assertLen(rows, sum(len(e) for e in episodes))
+    first = episodes[0][0]
+    self.assertTrue(chat.native)
+    self.assertEqual(first.prompt_ids, chat.prompt_ids([{"role": "user", "content": first.prompt_text}]))
+    for prompt, response in rows:
+      self.assertEqual(response[-1], chat.end_id)
+    # a random policy run by the same driver config shows the same first prompt (prompts are the driver's)
+    traj = rollout_lib.RolloutDriver(pool, rollout_lib.ScriptedPolicy(lambda r: "<think>x</think>", chat), chat,
+                                     config=data.driver_config(config)._replace(max_turns=1)).run(tasks[:1])[0]
+    self.assertEqual(traj.turns[0].prompt_ids, first.prompt_ids)
+    self.assertIsInstance(traj, win_lib.WindowTrajectory)
+
+  def test_train_state_is_a_dataclass(self):
+    import jax.numpy as jnp
+    state = train.init_state({"w": jnp.ones((2,))}, 1e-3, 1.0)
+    self.assertIsInstance(state, train.TrainState)
+    self.assertEqual(int(state.step), 0)
+    self.assertEqual(int(state.replace(step=jnp.asarray(3)).step), 3)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -172,3 +172,4 @@ class RealReplayTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+

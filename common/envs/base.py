@@ -65,3 +65,52 @@ class ToolEnv(abc.ABC):
 
   def __exit__(self, *exc) -> None:
     self.close()
+
+
+# --- text-game environments: one tool, `action` {"action": <command>} ----------------------------------------
+
+
+def action_tool(description: str) -> dict[str, Any]:
+  """The MCP entry of a text game's one command tool, `action` {"action": str}."""
+  return {"name": "action", "description": description,
+          "inputSchema": {"type": "object", "properties": {"action": {"type": "string"}}, "required": ["action"]}}
+
+
+def read_action(call: Any, *, example: str, tools_note: str = "the only tool is 'action' {\"action\": <command>}."
+                ) -> tuple[str | None, str | None]:
+  """(command, None) from an `action` tool call, or (None, the 'invalid' observation naming the problem).
+
+  Args:
+    call: {'name': str, 'arguments': dict}; anything else is a malformed call.
+    example: a command of this game, quoted in the error that shows the right syntax.
+    tools_note: what the error says the game's tools are.
+  Returns:
+    The command as given (not stripped), or None and the error text for a StepResult with status 'invalid'.
+  """
+  name = call.get("name") if isinstance(call, dict) else None
+  args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
+  if name != "action":
+    return None, f"Error: unknown tool {name!r}; {tools_note}"
+  action = args.get("action") if isinstance(args, dict) else None
+  if not isinstance(action, str) or not action.strip():
+    return None, ("Error: 'action' needs a non-empty string argument 'action', e.g. "
+                  f"{{\"name\": \"action\", \"arguments\": {{\"action\": \"{example}\"}}}}.")
+  return action, None
+
+
+def split_task_id(task_id: Any, *, env: str, form: str, number: str) -> tuple[str, int]:
+  """'<name>/<int>' -> (name, int), e.g. 'coin/3' -> ('coin', 3).
+
+  Args:
+    env: the environment's name, for the message; form: e.g. "'coin/3' (<game>/<seed>)"; number: what the
+      integer is called ('seed', 'variation').
+  Raises:
+    ValueError: no '/', or the part after the last '/' is not an integer.
+  """
+  if "/" not in str(task_id):
+    raise ValueError(f"{env} task ids look like {form}, got {task_id!r}")
+  name, n = str(task_id).rsplit("/", 1)
+  try:
+    return name, int(n)
+  except ValueError:
+    raise ValueError(f"{number} in {task_id!r} must be an integer") from None

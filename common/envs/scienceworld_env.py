@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from common.envs import base
 from common.envs.base import StepResult
 
 SPLITS = ("train", "dev", "test")
@@ -74,12 +75,9 @@ class ScienceWorldToolEnv:
 
   def tools(self) -> list[dict[str, Any]]:
     return [
-        {"name": "action",
-         "description": ("Perform one ScienceWorld action, e.g. 'look around', 'open door to kitchen', "
+        base.action_tool("Perform one ScienceWorld action, e.g. 'look around', 'open door to kitchen', "
                          "'pick up thermometer', 'focus on substance in pot', 'wait1'. Call "
                          "valid_actions to see what is possible now."),
-         "inputSchema": {"type": "object", "properties": {"action": {"type": "string"}},
-                         "required": ["action"]}},
         {"name": "valid_actions",
          "description": "List the actions that are valid in the current state (takes no time).",
          "inputSchema": {"type": "object", "properties": {}}},
@@ -105,7 +103,6 @@ class ScienceWorldToolEnv:
     if self._task_id is None:
       raise RuntimeError("step() before reset(task_id, seed)")
     name = call.get("name") if isinstance(call, dict) else None
-    args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
     info: dict[str, Any] = {"task_id": self._task_id, "score": self._last_score,
                             "reward": max(self._last_score, 0) / 100.0, "score_delta": 0,
                             "moves": int(self._server.getNumMoves()), "completed": False,
@@ -113,14 +110,10 @@ class ScienceWorldToolEnv:
     if name == "valid_actions":
       acts = self.valid_actions()
       return StepResult("\n".join(acts), "ok", False, info)
-    if name != "action":
-      return StepResult(f"Error: unknown tool {name!r}; the tools are 'action' {{\"action\": <command>}} "
-                        "and 'valid_actions' {}.", "invalid", False, info)
-    action = args.get("action")
-    if not isinstance(action, str) or not action.strip():
-      return StepResult("Error: 'action' needs a non-empty string argument 'action', e.g. "
-                        "{\"name\": \"action\", \"arguments\": {\"action\": \"look around\"}}.",
-                        "invalid", False, info)
+    action, error = base.read_action(call, example="look around", tools_note=(
+        "the tools are 'action' {\"action\": <command>} and 'valid_actions' {}."))
+    if error:
+      return StepResult(error, "invalid", False, info)
     if self._done:
       raise RuntimeError(f"episode of {self._task_id} is over; call reset()")
     self._fresh = False
@@ -196,14 +189,9 @@ class ScienceWorldToolEnv:
     return name
 
   def _parse(self, task_id: str) -> tuple[str, int]:
-    if "/" not in str(task_id):
-      raise ValueError(f"ScienceWorld task ids look like 'boil/0' (<task>/<variation>), got {task_id!r}")
-    task, var = str(task_id).rsplit("/", 1)
+    task, v = base.split_task_id(task_id, env="ScienceWorld", form="'boil/0' (<task>/<variation>)",
+                                 number="variation")
     name = self._name(task)
-    try:
-      v = int(var)
-    except ValueError:
-      raise ValueError(f"variation in {task_id!r} must be an integer") from None
     n = int(self._server.getTaskMaxVariations(name))
     if not 0 <= v < n:
       raise ValueError(f"task {name!r} has variations 0..{n - 1}, got {v}")

@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from common.envs import base
 from common.envs.base import StepResult
 
 SPLITS = ("train", "dev", "test")
@@ -100,11 +101,8 @@ class TwxToolEnv:
   # --- ToolEnv surface ---------------------------------------------------------------------
 
   def tools(self) -> list[dict[str, Any]]:
-    return [{"name": "action",
-             "description": ("Perform one action in the text game, e.g. 'move north', 'open door to south', "
-                             "'take coin', 'look around'. The admissible actions are listed with each observation."),
-             "inputSchema": {"type": "object", "properties": {"action": {"type": "string"}},
-                             "required": ["action"]}}]
+    return [base.action_tool("Perform one action in the text game, e.g. 'move north', 'open door to south', "
+                             "'take coin', 'look around'. The admissible actions are listed with each observation.")]
 
   def reset(self, task_id: str, seed: int = 0) -> str:
     del seed  # the game is fixed by the seed in the task id
@@ -116,16 +114,9 @@ class TwxToolEnv:
   def step(self, call) -> StepResult:
     if self._task_id is None:
       raise RuntimeError("step() before reset(task_id, seed)")
-    name = call.get("name") if isinstance(call, dict) else None
-    args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
-    if name != "action":
-      return StepResult(f"Error: unknown tool {name!r}; the only tool is 'action' {{\"action\": <command>}}.",
-                        "invalid", False, self._info(0.0, False))
-    action = args.get("action") if isinstance(args, dict) else None
-    if not isinstance(action, str) or not action.strip():
-      return StepResult("Error: 'action' needs a non-empty string argument 'action', e.g. "
-                        "{\"name\": \"action\", \"arguments\": {\"action\": \"look around\"}}.",
-                        "invalid", False, self._info(0.0, False))
+    action, error = base.read_action(call, example="look around")
+    if error:
+      return StepResult(error, "invalid", False, self._info(0.0, False))
     if self._done:
       raise RuntimeError(f"episode of {self._task_id} is over; call reset()")
     action = " ".join(action.split())
@@ -215,14 +206,8 @@ class TwxToolEnv:
     return self._seeds[game]
 
   def _parse(self, task_id: str) -> tuple[str, int, str]:
-    if "/" not in str(task_id):
-      raise ValueError(f"TextWorldExpress task ids look like 'coin/3' (<game>/<seed>), got {task_id!r}")
-    g, s = str(task_id).rsplit("/", 1)
+    g, seed = base.split_task_id(task_id, env="TextWorldExpress", form="'coin/3' (<game>/<seed>)", number="seed")
     game = self._game(g)
-    try:
-      seed = int(s)
-    except ValueError:
-      raise ValueError(f"seed in {task_id!r} must be an integer") from None
     for fold, seeds in self._split_seeds(game).items():
       if seed in seeds:
         return game, seed, fold

@@ -35,6 +35,7 @@ import os
 import tempfile
 from typing import Any
 
+from common.envs import base
 from common.envs.base import StepResult
 from common.envs.household import engine, generate
 
@@ -82,13 +83,10 @@ class HouseholdToolEnv:
   # --- ToolEnv surface ---------------------------------------------------------------------
 
   def tools(self) -> list[dict[str, Any]]:
-    return [{"name": "action",
-             "description": ("Perform one household action, e.g. 'go to countertop 1', 'open fridge 1', "
+    return [base.action_tool("Perform one household action, e.g. 'go to countertop 1', 'open fridge 1', "
                              "'take apple 1 from countertop 1', 'move apple 1 to fridge 1', 'heat apple 1 with "
                              "microwave 1', 'clean apple 1 with sinkbasin 1', 'cool apple 1 with fridge 1', "
-                             "'use desklamp 1', 'examine drawer 1', 'inventory', 'look'."),
-             "inputSchema": {"type": "object", "properties": {"action": {"type": "string"}},
-                             "required": ["action"]}}]
+                             "'use desklamp 1', 'examine drawer 1', 'inventory', 'look'.")]
 
   def reset(self, task_id: str, seed: int = 0) -> str:
     path = self.game_file(task_id)
@@ -108,16 +106,9 @@ class HouseholdToolEnv:
   def step(self, call) -> StepResult:
     if self._task_id is None:
       raise RuntimeError("step() before reset(task_id, seed)")
-    name = call.get("name") if isinstance(call, dict) else None
-    args = (call.get("arguments") or {}) if isinstance(call, dict) else {}
-    if name != "action":
-      return StepResult(f"Error: unknown tool {name!r}; the only tool is 'action' {{\"action\": <command>}}.",
-                        "invalid", False, self._info(None))
-    action = args.get("action")
-    if not isinstance(action, str) or not action.strip():
-      return StepResult("Error: 'action' needs a non-empty string argument 'action', e.g. "
-                        "{\"name\": \"action\", \"arguments\": {\"action\": \"look\"}}.",
-                        "invalid", False, self._info(None))
+    action, error = base.read_action(call, example="look")
+    if error:
+      return StepResult(error, "invalid", False, self._info(None))
     if self._done:
       raise RuntimeError(f"episode of {self._task_id} is over; call reset()")
     action = action.strip()

@@ -216,6 +216,7 @@ def prompt_ids(chat, state: WindowState, cfg: WindowConfig, *, system: str | Non
 
 
 def parse(text: str, cfg: WindowConfig) -> tc.ParsedResponse:
+  """A windowed-mode reply read as <think>..</think><action>..</action> (common.tool_calls.parse_action)."""
   return tc.parse_action(text, require_think=cfg.require_think)
 
 

@@ -60,6 +60,7 @@ METRICS = ("success", "score", "turns", "response_tokens")
 
 
 class Policy(NamedTuple):
+  """The policy of a run: model config, initial params, chat template, checkpoint folder it came from."""
   model: ModelConfig
   params: Any
   chat: chat_lib.ChatTemplate
@@ -134,6 +135,7 @@ def sft_update(state, tokens, attn, mask, *, model, lr, grad_clip):
 
 @functools.partial(jax.jit, static_argnames=("model", "temperature"))
 def score(params, tokens, attn, *, model, temperature):
+  """f32[B, L] log-probabilities of tokens i32[B, L] under params (attn bool[B, L]; common.lm.model.token_logprobs)."""
   return model_lib.token_logprobs(params, tokens, attn, config=model, temperature=temperature)
 
 

@@ -60,6 +60,7 @@ class OptimSettings(NamedTuple):
 
 
 def optim_settings(config, learning_rate: float) -> OptimSettings:
+  """OptimSettings from config keys optim.* (grad_clip, weight_decay, b1, b2, eps) and model.lora_rank."""
   o = config.optim
   return OptimSettings(float(learning_rate), float(o.grad_clip), float(o.weight_decay), float(o.b1), float(o.b2),
                        float(o.eps), bool(config.model.lora_rank))
@@ -103,6 +104,7 @@ def make_batch(trajs: Sequence[traj_lib.Trajectory], length: int, *, pad_id: int
 
 
 def take(batch: Batch, rows: np.ndarray) -> Batch:
+  """The rows `rows` (i64[R]) of every array of the batch."""
   return Batch(*(np.asarray(x)[rows] for x in batch))
 
 

@@ -57,6 +57,7 @@ def _alfworld():
 
 
 def room_type(room: int) -> str:
+  """ALFRED room type of a floor-plan number. Raises ValueError outside 1-30, 201-230, 301-330, 401-430."""
   for name, rng in ROOM_TYPES.items():
     if room in rng:
       return name

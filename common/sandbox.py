@@ -208,6 +208,7 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str | None, config: SandboxCon
       continue
     seen.add(p)
     binds.append(p)
+  mounts = [(p, p) for p in binds]
   if root.startswith("/tmp/"):
     under = sorted({os.path.relpath(p, root).split(os.sep)[0] for p in binds
                     if p.startswith(root + os.sep)})
@@ -216,11 +217,12 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str | None, config: SandboxCon
     for d in under:
       os.makedirs(os.path.join(stub, d), exist_ok=True)
     os.makedirs(stub, exist_ok=True)
-    a += ["--ro-bind", stub, root]
+    mounts.insert(0, (stub, root))
   # bubblewrap makes a mount point's missing parents with mode 0700, which the sandbox user could
-  # not traverse: they are made first, 0755.
+  # not traverse (e.g. a checkout inside a `mktemp -d` folder): every mount point's parents, the
+  # stub's included, are made first, 0755.
   made = {"/", "", "/tmp", "/workspace"}
-  for p in binds:
+  for _, p in mounts:
     chain = []
     parent = os.path.dirname(p)
     while parent not in made:
@@ -229,8 +231,8 @@ def bwrap_argv(argv: Sequence[str], *, workspace: str | None, config: SandboxCon
       parent = os.path.dirname(parent)
     for d in reversed(chain):
       a += ["--perms", "0755", "--dir", d]
-  for p in binds:
-    a += ["--ro-bind", p, p]
+  for src, dst in mounts:
+    a += ["--ro-bind", src, dst]
   # /proc/sys read-only (kernel.core_pattern & co. are host-wide); the uid drop forbids writes too.
   a += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
   if os.path.exists("/proc/sysrq-trigger"):

@@ -7,6 +7,7 @@ writes and reads outside its workspace, a fork bomb and a 3 GiB allocation; ever
 
 import json
 import os
+import pathlib
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from unittest import mock
 
 import psutil
 from absl.testing import absltest
@@ -98,6 +100,28 @@ class FakeCgroupDetectionTest(absltest.TestCase):
       sb.detect_cgroup("v2", sb.CgroupRoots(None, None, None))
     with self.assertRaisesRegex(sb.SandboxError, "use 'auto'"):
       sb.detect_cgroup("bogus")
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")
+class PrivateParentTest(absltest.TestCase):
+  """A read-only path inside a 0700 folder (a checkout in `mktemp -d`, as CI may clone) stays readable by
+  the sandbox user: bubblewrap would make the missing parents 0700, so they are made 0755 first."""
+
+  def test_checkout_under_private_tmp_folder_is_importable(self):
+    private = tempfile.mkdtemp(dir="/tmp")   # mode 0700, as `mktemp -d` makes it
+    self.addCleanup(shutil.rmtree, private)
+    root = pathlib.Path(private) / "checkout"
+    (root / "common").mkdir(parents=True)
+    (root / "common" / "probe.py").write_text("X = 'importable'\n")
+    for d in (root, root / "common"):
+      os.chmod(d, 0o755)
+    os.chmod(root / "common" / "probe.py", 0o644)
+    with mock.patch.object(sb, "_PROJECT_ROOT", root):
+      box = sb.Sandbox(sb.SandboxConfig())
+      self.addCleanup(box.close)
+      cmd = box.command([sys.executable, "-c", "import common.probe as p; print(p.X)"])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    self.assertEqual((out.returncode, out.stdout.strip()), (0, "importable"), out.stderr)
 
 
 @absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")

@@ -15,6 +15,7 @@ import sys
 
 BENCHMARKS = {
     "grpo_advantages": "benchmarks.grpo_advantages_bench",
+    "planpo_advantages": "benchmarks.planpo_advantages_bench",
     "pheromone": "benchmarks.pheromone_bench",
     "env": "benchmarks.env_bench",
     "lm": "benchmarks.lm_bench",

@@ -49,7 +49,7 @@ from common import trajectory as traj_lib
 PUBLISHED_TURN_LIMITS = {"household": 50, "alfworld": 50, "scienceworld": 20}
 
 WINDOW_SYSTEM = "You are a helpful assistant."   # the fallback format's system message (it needs one)
-_FORMAT = ("Now it's your turn to take an action.\n"
+FORMAT = ("Now it's your turn to take an action.\n"
            "You should first reason step-by-step about the current situation. This reasoning process MUST "
            "be enclosed within <think> </think> tags.\n"
            "Once you've finished your reasoning, you should choose an admissible action for current step "
@@ -68,12 +68,15 @@ class WindowConfig(NamedTuple):
     max_admissible_actions: at most this many admissible actions are listed (0: the list is left
       out); a longer list is cut and a note gives the number left out (ScienceWorld has thousands).
     header: the first line of every prompt (names the environment).
+    format_text: the closing instruction of every prompt (default FORMAT, verl-agent's ALFWorld wording; a
+      shorter text keeps prompts short for small CPU models, e.g. configs/planpo_twx.py).
   """
   history_length: int = 2
   invalid_action_penalty: float = 0.1
   require_think: bool = True
   max_admissible_actions: int = 200
   header: str = "You are an expert agent operating in a text-based environment."
+  format_text: str = FORMAT
 
 
 def anchor_id(observation: str) -> int:
@@ -197,7 +200,7 @@ def render(state: WindowState, cfg: WindowConfig, clip: Callable[[str], str] = l
   lines.append(f"You are now at step {step + 1} and your current observation is: {clip(state.observation)}")
   if state.admissible is not None and cfg.max_admissible_actions > 0:
     lines.append(_actions_text(state.admissible, cfg.max_admissible_actions))
-  return "\n".join(lines) + "\n\n" + _FORMAT
+  return "\n".join(lines) + "\n\n" + cfg.format_text
 
 
 def prompt_ids(chat, state: WindowState, cfg: WindowConfig, *, system: str | None,

@@ -1,59 +1,74 @@
-r"""PlanPO, GRPO and GiGPO on TextWorldExpress (CPU): one command for the main table.
+r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per table.
 
-  python -m experiments.train --config=configs/planpo_twx.py --workdir=runs/planpo_twx
-  python -m experiments.train --config=configs/planpo_twx.py:smoke --workdir=/tmp/planpo_smoke
+  python -m experiments.train --config=configs/planpo_twx.py --workdir=runs/planpo_twx            # main table
+  python -m experiments.train --config=configs/planpo_twx.py:ablation --workdir=runs/planpo_twx_ablation
+  python -m experiments.train --config=configs/planpo_twx.py:smoke --workdir=/tmp/planpo_smoke    # seconds
 
-Variants: '' (CPU default: coin collector, 3 seeds) and 'smoke' (seconds; the tests). A real checkpoint on
-a GPU: --config.policy.lm_checkpoint=DIR. The published settings (SPEC.md, PlanPO and GiGPO) are the
-defaults of `planpo.*` and `gigpo.*`; alpha_decay_steps = rl.steps.
+Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
+(sft / grpo / planpo and the four published PlanPO ablations) and 'smoke' (seconds; the tests); 'smoke' and
+'ablation' combine as 'ablation,smoke'. A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
+(then restore the published prompt: --config.rollout.window.format_text, history 2).
+
+CPU choices (each stated so it can be undone; measured on the 2-core machine):
+  game      coin collector, 4 rooms, no doors (`env.kwargs.game_params`); 64 training games (the simulator's
+            'train' seeds), the held-out table on its 'test' seeds (unseen instances of the same game).
+  prompts   no history (`rollout.window.history_length` 0; verl-agent: 2), observations clipped to 300
+            characters (head and tail: the room and its exits stay), a one-line format instruction
+            (`rollout.window.format_text`; the published one is common.windowed.FORMAT): rows of ~250-380
+            tokens keep the dense attention of a 2-layer, 128-wide decoder affordable on 2 cores.
+  turns     `env.max_turns` 10 (the expert needs 2-7 actions here); replies up to 48 tokens (the SFT replies'
+            reasoning has 0-3 filler sentences, `sft.think_max_sentences`, so the longest fit).
+  SFT       one SFT policy for every seed (`sft.shared`), 12 epochs.
+  RL        10 steps of 2 tasks x 8 rollouts at lr 2e-4 per run; log pi_old from the sampler
+            (`rl.old_logprobs` 'sampler', one forward pass less per step).
+  eval      32 held-out games, one rollout each, sampled at `rl.eval_temperature` 1.0 (the policy as trained;
+            greedy decoding would hide the wasteful detours the SFT data teaches).
 """
 
 import ml_collections
 
-from common import windowed as win_lib
+from configs import planpo_base
+
+SHORT_FORMAT = ("Think inside <think> </think>, then give one admissible action inside <action> </action>.")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  if arg not in (None, "", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; valid: '', 'smoke'")
-  c = ml_collections.ConfigDict()
-  c.method = "planpo"
-  c.seeds = (0, 1, 2)
-  c.runs = ("sft", "grpo", "gigpo", "planpo")
-  c.env = dict(games=("coin",), game_params={"coin": "numLocations=4,includeDoors=0,numDistractorItems=0"},
-               train_split="train", eval_split="dev", train_tasks=64, eval_tasks=32, max_turns=12,
-               env_step_limit=50, workers=8, sandboxed=True, jvm_heap_mb=256)
-  w = win_lib.WindowConfig()
-  c.rollout = dict(mode="window", max_response_tokens=96, max_context_tokens=4096, max_observation_chars=1200,
-                   window=dict(history_length=w.history_length, invalid_action_penalty=w.invalid_action_penalty,
-                               require_think=w.require_think, max_admissible_actions=w.max_admissible_actions,
-                               header=w.header))
-  c.policy = dict(lm_checkpoint="tiny:qwen2", cache_dir="", tiny_vocab=600, dtype="float32",
-                  param_dtype="float32",
-                  sizes=dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128))
-  c.optim = dict(grad_clip=1.0)
-  c.sft = dict(epochs=20, batch_size=32, lr=3e-3, detour_prob=0.35, max_detours=3, think_min_sentences=0,
-               think_max_sentences=4)
-  c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, lr=1e-4, temperature=1.0, eval_temperature=0.0,
-              minibatches=2, reward_scale=10.0)
-  c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
-                  alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=c.rl.steps, ratio="token", clip_low=0.2,
-                  clip_high=0.2, kl_coef=0.01, agg_mode="token_mean")
-  c.gigpo = dict(gamma=0.95, step_weight=1.0, norm="std", stats_over="turns", eps=1e-6, ddof=1)
-  c.checkpoint = dict(every=5, max_to_keep=2)
-  c.logging = dict(every=1, tensorboard=True)
-  if arg == "smoke":
+  parts = [p for p in (arg or "").split(",") if p]
+  bad = [p for p in parts if p not in ("ablation", "smoke")]
+  if bad:
+    raise ValueError(f"unknown config variant {bad}; valid: '', 'ablation', 'smoke', 'ablation,smoke'")
+  c = planpo_base.base_config()
+  c.env.factory = "common.envs.twx_env:TwxToolEnv"
+  c.env.kwargs = dict(game_params={"coin": "numLocations=4,includeDoors=0,numDistractorItems=0"},
+                      env_step_limit=50, jvm_heap_mb=256)
+  c.env.games = ("coin",)
+  c.env.train_split = "train"
+  c.env.eval_splits = {"test": "test"}
+  c.env.train_tasks, c.env.eval_tasks, c.env.max_turns = 64, 32, 10
+  c.rollout.max_response_tokens = 48
+  c.rollout.max_observation_chars = 300
+  c.rollout.window.history_length = 0
+  c.rollout.window.format_text = SHORT_FORMAT
+  c.rollout.window.header = "You are an agent in a text game."
+  c.policy.sizes = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)
+  c.sft.epochs, c.sft.shared, c.sft.think_max_sentences = 12, True, 3
+  c.sft.move_detours = True
+  c.sft.harmless_actions = ("look around", "inventory")
+  c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.lr = 10, 2, 8, 2e-4
+  c.rl.old_logprobs = "sampler"
+  if "ablation" in parts:
+    planpo_base.ablation(c)
+  if "smoke" in parts:
     c.seeds = (0,)
     c.env.train_tasks, c.env.eval_tasks, c.env.max_turns, c.env.workers, c.env.sandboxed = 6, 4, 4, 8, False
-    c.env.game_params = {"coin": "numLocations=2,includeDoors=0,numDistractorItems=0"}
+    c.env.kwargs.game_params = {"coin": "numLocations=2,includeDoors=0,numDistractorItems=0"}
     c.rollout.max_response_tokens = 32
     c.rollout.max_observation_chars = 200
-    c.rollout.window.history_length = 1
     c.policy.tiny_vocab = 1000
     c.policy.sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-    c.sft.epochs, c.sft.batch_size, c.sft.lr = 3, 16, 1e-2
+    c.sft.epochs, c.sft.batch_size, c.sft.lr, c.sft.shared = 3, 16, 1e-2, False
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 4
-    c.planpo.alpha_decay_steps = c.rl.steps
+    c.stats.resamples = 200
     c.checkpoint.every = 1
     c.logging.tensorboard = False
   return c

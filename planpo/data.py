@@ -1,4 +1,4 @@
-"""PlanPO's SFT data: TextWorldExpress gold trajectories made wasteful, played by the rollout driver.
+"""PlanPO's SFT data: the environment's gold trajectories made wasteful, played by the rollout driver.
 
   corpus = tokenizer_corpus(gold_episodes(pool, task_ids, config=config, seed=0))   # text only
   episodes = gold_episodes(pool, task_ids, config=config, seed=s, chat=policy.chat)
@@ -7,7 +7,8 @@
 Each episode is played by THE driver (common.rollout.RolloutDriver, mode 'window', the same window
 settings as the RL rollouts) with a common.rollout.ScriptedPolicy that replays the simulator's gold action
 sequence (the env's `gold_actions` query) with inserted detours: valid but unneeded admissible actions
-('look around', 'inventory', or a move followed by the move back), each turn preceded with probability
+(one of `sft.harmless_actions`, e.g. 'look around' or 'inventory'; with `sft.move_detours`, also a
+TextWorldExpress 'move <dir>' followed by the move back), each turn preceded with probability
 `sft.detour_prob`, at most `sft.max_detours` per episode. Every reply is
 '<think>REASONING</think><action>ACTION</action>' with a reasoning of a varied number of filler
 sentences (uniform in [`sft.think_min_sentences`, `sft.think_max_sentences`]). The SFT policy thus
@@ -18,7 +19,8 @@ SFT rows are the driver's own turn records (prompt_ids, response_ids), so SFT pr
 what the rollouts (planpo/rollouts.py) show the policy: window rendering, observation clip at
 `rollout.max_observation_chars`, no system message. Before a tokenizer exists (the tokenizer corpus), the
 episodes are played with a byte-level fallback chat; only their text is used then.
-Config keys `sft.detour_prob`, `sft.max_detours`, `sft.think_min_sentences`, `sft.think_max_sentences`.
+Config keys `sft.detour_prob`, `sft.max_detours`, `sft.think_min_sentences`, `sft.think_max_sentences`,
+`sft.harmless_actions`, `sft.move_detours`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ FILLER = ("I look at what the room holds.", "The goal is not reached yet.", "Let
           "I should keep the task in mind.", "Nothing here changes the plan.", "I check the admissible actions.",
           "This step follows from the observation.", "I remember the rooms I have seen.",
           "It is worth being careful here.", "The next move should help.")
-HARMLESS = ("look around", "inventory")
 NO_ACTION = "<think>The gold actions are done.</think>"
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
@@ -74,9 +75,10 @@ def reply(action: str, n_sentences: int, rng: np.random.Generator) -> str:
   return "<think>" + " ".join([f"I will {action}."] + fill) + f"</think><action>{action}</action>"
 
 
-def _detour(admissible: Sequence[str], gold_next: str, rng, moves: bool = True) -> list[str]:
+def _detour(admissible: Sequence[str], gold_next: str, rng, harmless: Sequence[str],
+            moves: bool = True) -> list[str]:
   """A detour from this state: a harmless action, or (moves) a move and the move back (not the gold action)."""
-  opts = [[a] for a in HARMLESS if a in admissible and a != gold_next]
+  opts = [[a] for a in harmless if a in admissible and a != gold_next]
   for a in admissible if moves else ():
     parts = a.split()
     if a != gold_next and len(parts) == 2 and parts[0] == "move" and parts[1] in _REVERSE:
@@ -110,7 +112,9 @@ class _GoldScript:
   """
 
   def __init__(self, gold: Sequence[str], config, rng: np.random.Generator, moves: bool):
-    self.gold, self.s, self.rng, self.moves = list(gold), config.sft, rng, moves
+    self.gold, self.s, self.rng = list(gold), config.sft, rng
+    self.moves = bool(moves and config.sft.get("move_detours", False))
+    self.harmless = tuple(config.sft.get("harmless_actions", ("look around", "inventory")))
     self.driver = self.chat = None
     self.plan: list[tuple[str, bool]] = []
     self.i = self.detours = 0
@@ -118,18 +122,24 @@ class _GoldScript:
 
   def __call__(self, request) -> str:
     s, rng = self.s, self.rng
-    admissible = list(self.driver.worker_for(request.episode).query("admissible_actions"))
+    cache = []
+
+    def admissible() -> list[str]:   # queried only when a detour needs it (ScienceWorld: ~80 ms a query)
+      if not cache:
+        cache.append(list(self.driver.worker_for(request.episode).query("admissible_actions")))
+      return cache[0]
+
     while self.i < len(self.gold) or self.plan:
       if not self.plan:
-        if self.detours < s.max_detours and rng.random() < s.detour_prob and admissible:
-          d = _detour(admissible, self.gold[self.i], rng, self.moves)
+        if self.detours < s.max_detours and rng.random() < s.detour_prob and admissible():
+          d = _detour(admissible(), self.gold[self.i], rng, self.harmless, self.moves)
           if d:
             self.detours += 1
             self.plan = [(a, True) for a in d]   # the move back is played only if still admissible then
         if not self.plan:
           self.plan, self.i = [(self.gold[self.i], False)], self.i + 1
       action, is_detour = self.plan.pop(0)
-      if is_detour and action not in admissible:
+      if is_detour and action not in admissible():
         self.plan = []
         continue
       text = reply(action, int(rng.integers(s.think_min_sentences, s.think_max_sentences + 1)), rng)

@@ -1,22 +1,32 @@
-"""PlanPO's rollouts: TextWorldExpress workers, the common driver in window mode, batches and accounting.
+"""PlanPO's rollouts: environment workers, the common driver in window mode, batches and accounting.
 
-  pool = make_pool(config)                                     # WorkerPool of TwxToolEnv workers
+  pool = make_pool(config)                                     # WorkerPool of config.env.factory workers
   trajs = run_rollouts(pool, sampler, chat, task_ids, config=config, group_size=G, seed=s)
-  rows, arrays = collate(trajs, config=config)                 # per-turn training rows (numpy)
+  batch = collate(trajs, pad_id=pad)                           # per-turn training rows (numpy)
 
-The environments are common.envs.twx_env.TwxToolEnv, each in its own sandboxed process (EnvSpec, config
-key `env.sandboxed` True) or in this process (`WorkerPool.local`, False: smoke runs). The driver
-(common.rollout.RolloutDriver, mode 'window', common.windowed) re-renders every turn's prompt with the
-last `rollout.window.history_length` (observation, action) pairs and the admissible actions; the reply
+The environment is any ToolEnv (common/envs/base.py) named by `env.factory` ('module:callable') with
+arguments `env.kwargs`: TextWorldExpress (common.envs.twx_env), the offline household tasks
+(common.envs.household.env) or ScienceWorld (common.envs.scienceworld_env). Each worker runs in its own
+sandboxed process (common.env_client.EnvSpec, read-only extra paths `env.ro_paths`; `env.sandboxed` True)
+or in this process (`WorkerPool.local`, False: smoke runs). The trainer asks a worker these queries:
+  task_ids(split, games, limit)   the first `limit` tasks per game / task type of `games` (None: the env's own
+                                  default) in `split`;
+  gold_actions(task_id)           the expert's action sequence (SFT data);
+  admissible_actions()            the current state's admissible actions (SFT detours, the random baseline);
+  task_type(task_id)              the label of the per-type tables.
+The driver (common.rollout.RolloutDriver, mode 'window', common.windowed) re-renders every turn's prompt with
+the last `rollout.window.history_length` (observation, action) pairs and the admissible actions; the reply
 is '<think>...</think><action>...</action>'; invalid actions carry `rollout.window.invalid_action_penalty`.
-The policy is common.lm.sampler.LMSampler. Outcome reward R = `rl.reward_scale` x the game's score
-clipped to [0, 1] (10 on a win, as the paper's reward); success = the game's 'won' flag.
+The policy is common.lm.sampler.LMSampler. Outcome reward R = `rl.reward_scale` x the env's final
+info['reward'] clipped to [0, 1] (10 on a win, as the paper's reward); success = the env's 'won' flag.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+import importlib
+import importlib.util
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -28,28 +38,67 @@ from common.lm import sampling
 from common.lm.sampler import LMSampler
 from planpo import data
 
-TWX_FACTORY = "common.envs.twx_env:TwxToolEnv"
+# Padded lengths of prompts (generation) and training rows: steps of 64 tokens up to 1,024 (one compile each),
+# then powers of two. Power-of-two buckets alone would pad a 300-token row to 512 (2.9x the attention cost).
+LENGTH_BUCKETS = tuple(range(64, 1025, 64))
+
+
+def _plain(v: Any) -> Any:
+  """ConfigDict / tuple values as plain JSON-able Python (the env process receives its kwargs as JSON)."""
+  if hasattr(v, "to_dict"):
+    v = v.to_dict()
+  if isinstance(v, dict):
+    return {str(k): _plain(x) for k, x in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [_plain(x) for x in v]
+  return v
 
 
 def env_kwargs(config) -> dict:
-  """TwxToolEnv arguments: `env.game_params`, `env.env_step_limit`, `env.jvm_heap_mb`."""
-  e = config.env
-  return {"game_params": {str(k): str(v) for k, v in dict(e.game_params).items()},
-          "env_step_limit": int(e.env_step_limit), "jvm_heap_mb": int(e.jvm_heap_mb)}
+  """The env's constructor arguments: `env.kwargs` as plain Python."""
+  return _plain(config.env.kwargs)
+
+
+def _factory(config, *, load: bool = True):
+  """The callable of `env.factory` (load False: only checks that its module exists)."""
+  spec = str(config.env.factory)
+  mod, _, name = spec.partition(":")
+  if not mod or not name:
+    raise ValueError(f"config `env.factory` must be 'module:callable' (e.g. 'common.envs.twx_env:TwxToolEnv'), "
+                     f"got {spec!r}")
+  try:
+    if not load:
+      if importlib.util.find_spec(mod) is None:
+        raise ImportError(f"no module named {mod!r}")
+      return None
+    return getattr(importlib.import_module(mod), name)
+  except (ImportError, AttributeError) as e:
+    raise ValueError(f"config `env.factory` {spec!r} cannot be imported: {e}") from e
 
 
 def make_pool(config, num_workers: int | None = None) -> env_pool.WorkerPool:
-  """`env.workers` TwxToolEnv workers: sandboxed processes (`env.sandboxed`) or local objects."""
+  """`env.workers` workers of `env.factory`: sandboxed processes (`env.sandboxed`) or local objects.
+
+  Raises:
+    ValueError: `env.factory` is not 'module:callable' or cannot be imported (names the key).
+  """
   n = int(num_workers or config.env.workers)
+  factory = _factory(config, load=not config.env.sandboxed)
   if config.env.sandboxed:
-    return env_pool.WorkerPool(EnvSpec(TWX_FACTORY, env_kwargs(config)), n)
-  from common.envs import twx_env  # pylint: disable=g-import-not-at-top
-  return env_pool.WorkerPool.local(functools.partial(twx_env.TwxToolEnv, **env_kwargs(config)), n)
+    return env_pool.WorkerPool(EnvSpec(str(config.env.factory), env_kwargs(config),
+                                       ro_paths=tuple(config.env.get("ro_paths", ()) or ())), n)
+  return env_pool.WorkerPool.local(functools.partial(factory, **env_kwargs(config)), n)
 
 
 def task_ids(worker, config, split: str, count: int) -> list[str]:
-  """The first `count` task ids of `split` per game of `env.games` (the simulator's own seed splits)."""
-  return list(worker.query("task_ids", split=split, games=list(config.env.games), limit=int(count)))
+  """The first `count` task ids of `split` per game / task type of `env.games` (the env's own splits)."""
+  games = config.env.games
+  return list(worker.query("task_ids", split=split, games=list(games) if games else None, limit=int(count)))
+
+
+def task_types(worker, tasks: Sequence[str]) -> dict[str, str]:
+  """task id -> the env's task type (its `task_type` query): the rows of the per-type tables."""
+  return {t: str(worker.query("task_type", task_id=t)) for t in tasks}
 
 
 def driver_config(config, *, group_size: int, seed: int) -> rollout_lib.RolloutConfig:
@@ -69,7 +118,7 @@ def make_sampler(params, policy, *, key, rows: int, temperature: float, config) 
   return LMSampler(params, policy.model, key=key, rows=rows, max_new_tokens=int(config.rollout.max_response_tokens),
                    temperature=float(temperature),
                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
-                   pad_id=policy.model.pad_token_id or 0)
+                   pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS)
 
 
 def run_rollouts(pool, sampler, chat, tasks: Sequence[str], *, config, group_size: int,
@@ -78,10 +127,12 @@ def run_rollouts(pool, sampler, chat, tasks: Sequence[str], *, config, group_siz
   scale = float(config.rl.reward_scale)
 
   def reward(t) -> float:
-    return scale * float(min(max(float(t.final_info.get("score", 0.0)), 0.0), 1.0))
+    return scale * float(min(max(float(t.final_info.get("reward", 0.0)), 0.0), 1.0))
 
   driver = rollout_lib.RolloutDriver(pool, sampler, chat, config=driver_config(config, group_size=group_size,
                                                                                 seed=seed), reward_fn=reward)
+  if hasattr(sampler, "attach"):   # a scripted policy that reads the env (planpo.train.RandomAdmissible)
+    sampler.attach(driver)
   return driver.run(list(tasks))
 
 
@@ -92,8 +143,12 @@ def collate(trajs: Sequence[win_lib.WindowTrajectory], *, pad_id: int) -> dict[s
   rollout_ids i32[R] (= episode index). Padded rows have valid False and no policy tokens.
   """
   rows = win_lib.turn_rows(trajs)
+  if not rows:
+    raise RuntimeError("collate: the rollouts have no turns (every episode ended before its first reply, e.g. "
+                       "env_error at reset); see the workers' logs named in the trajectories' termination info")
   n = len(rows)
-  length = sampling.bucket_length(max(len(r["prompt_ids"]) + len(r["response_ids"]) for r in rows))
+  length = sampling.bucket_length(max(len(r["prompt_ids"]) + len(r["response_ids"]) for r in rows),
+                                  buckets=LENGTH_BUCKETS)
   c = win_lib.collate_rows(rows, max_len=length, pad_id=pad_id)
   target = sampling.bucket_length(n, minimum=8)
   out = {}
@@ -110,11 +165,24 @@ def collate(trajs: Sequence[win_lib.WindowTrajectory], *, pad_id: int) -> dict[s
   return out
 
 
+def episode_record(t: win_lib.WindowTrajectory) -> dict[str, Any]:
+  """One rollout's outcome: task_id, sample, success (0/1), score (final info['reward'] in [0, 1]), turns,
+  response_tokens (mean policy tokens per response), episode_tokens, invalid (invalid turns), termination,
+  actions (the action read from each reply; 'INVALID: <action or None>' for an invalid one)."""
+  resp = [tn.policy_tokens for tn in t.turns]
+  return {"task_id": t.task_id, "sample": int(t.sample), "success": float(t.success),
+          "score": float(min(max(float(t.final_info.get("reward", 0.0)), 0.0), 1.0)), "turns": int(t.num_turns),
+          "response_tokens": float(np.mean(resp)) if resp else 0.0, "episode_tokens": int(sum(resp)),
+          "invalid": int(sum(tn.invalid for tn in t.turns)), "termination": str(t.termination),
+          "actions": [tn.action if not tn.invalid else f"INVALID: {tn.action}" for tn in t.turns]}
+
+
 def episode_metrics(trajs: Sequence[win_lib.WindowTrajectory]) -> dict[str, float]:
-  """Means over rollouts: success, score (the game's final score), turns, response_tokens (policy tokens
-  per response), episode_tokens (policy tokens per rollout), invalid (invalid actions per turn)."""
+  """Means over rollouts: success, score (final info['reward'] in [0, 1]), turns, response_tokens (policy
+  tokens per response, over all responses), episode_tokens (policy tokens per rollout), invalid (invalid
+  actions per turn)."""
   succ = [float(t.success) for t in trajs]
-  score = [float(t.final_info.get("score", 0.0)) for t in trajs]
+  score = [float(min(max(float(t.final_info.get("reward", 0.0)), 0.0), 1.0)) for t in trajs]
   turns = [t.num_turns for t in trajs]
   resp = [tn.policy_tokens for t in trajs for tn in t.turns]
   inv = [float(tn.invalid) for t in trajs for tn in t.turns]

@@ -1,25 +1,42 @@
-r"""PlanPO training beside GRPO and GiGPO on TextWorldExpress: SFT, then RL per method, then held-out eval.
+r"""PlanPO beside GRPO and GiGPO: SFT, then RL per run, then held-out evaluation and the paired tables.
 
   python -m experiments.train --config=configs/planpo_twx.py --workdir=runs/planpo_twx
-  (the launcher calls `planpo.train.run(config, workdir)` for config.method == 'planpo')
+  (the launcher calls `planpo.train.run(config, workdir)` for config.method == 'planpo'; configs are
+  configs/planpo_{twx,household,scienceworld}.py, each with ':ablation' and ':smoke' variants)
 
-Per seed (config `seeds`): the tiny policy ('tiny:qwen2' resolved by common.lm.checkpoints with a tokenizer
-trained on the SFT episodes' text, shapes `policy.sizes`; or a local checkpoint, `policy.lm_checkpoint`) is
-trained by SFT on gold trajectories with detours (planpo/data.py). Then, for each RL method in `runs`
-('grpo', 'gigpo', 'planpo'), RL starts from the SFT parameters for `rl.steps` steps: `rl.tasks_per_step`
-training tasks x G = `rl.rollouts_per_task` rollouts through the common driver in window mode
-(planpo/rollouts.py), one training row per turn, and the advantages
-  grpo    common.gigpo.episode_advantages of R over the task's rollouts, broadcast to its turn rows;
-  gigpo   common.gigpo.gigpo_advantages (episode + step groups of identical observations), config `gigpo.*`;
-  planpo  planpo.advantages.planpo_advantages with alpha(k) (planpo/schedule.py), config `planpo.*`;
-and one loss for all three: planpo.objective.policy_loss (clipped surrogate + `planpo.kl_coef` x KL to the
-frozen SFT policy), AdamW at `rl.lr`, `rl.minibatches` updates per step (the first with ratio 1).
-Evaluation (`env.eval_split` tasks, one greedy rollout each at `rl.eval_temperature`): success, score, mean
-turns, mean response tokens (the policy's own tokens per response); 'sft' is the SFT policy itself.
+Per seed (config `seeds`; the seeds are paired: every run of a seed starts from that seed's SFT policy, draws
+the same training tasks at each step, uses the same sampling keys and is evaluated on the same tasks; with
+`sft.shared` every seed's RL starts from one SFT policy, trained once with the first seed in
+workdir/sft_shared, as the paper's runs start from one pretrained checkpoint): the policy ('tiny:qwen2' resolved by common.lm.checkpoints with a tokenizer trained on the SFT episodes' text,
+shapes `policy.sizes`; or a local checkpoint, `policy.lm_checkpoint`) is trained by SFT on gold trajectories
+with detours (planpo/data.py). Then every run of `runs`:
+  random  no training: a uniformly random admissible action each turn (RandomAdmissible);
+  sft     the SFT policy itself;
+  <name>  an RL run of `variants[name]` ('method' grpo | gigpo | planpo, plus overrides of planpo.* / gigpo.*;
+          the ablations of configs/planpo_base.py), `rl.steps` steps from the SFT parameters:
+          `rl.tasks_per_step` training tasks x G = `rl.rollouts_per_task` rollouts through the common driver in
+          window mode (planpo/rollouts.py), one training row per turn, and the advantages
+            grpo    common.gigpo.episode_advantages of R over the task's rollouts, broadcast to its turn rows;
+            gigpo   common.gigpo.gigpo_advantages (episode + step groups of identical observations), `gigpo.*`;
+            planpo  planpo.advantages.planpo_advantages with alpha(k) (planpo/schedule.py), `planpo.*`
+                    (`planpo.use_episode` False: the ablation without A_E, A = alpha(k) A_S);
+          one loss for all: planpo.objective.policy_loss (clipped surrogate + `planpo.kl_coef` x KL to the
+          frozen SFT policy), AdamW at `rl.lr`, `rl.minibatches` updates per step (the first with ratio 1),
+          each accumulated over micro-batches of `rl.micro_rows` rows. log pi_old: recomputed by a forward
+          pass (`rl.old_logprobs` 'recompute', verl's choice, needed when the sampler is another engine) or the
+          sampler's own log-probs ('sampler': the same JAX model at the same temperature, equal to the
+          recomputed ones to 1e-5, tests/lm_sampling_test.py; saves one forward pass over the batch).
+Evaluation: `rl.eval_samples` rollouts per held-out task of every split of `env.eval_splits` at
+`rl.eval_temperature`: success, score, turns, response tokens (the policy's own tokens per response), per
+rollout (eval.json) and per task type (the env's `task_type`).
 
-Outputs (workdir/seed_<s>/<stage>/): metrics.jsonl (+ TensorBoard), checkpoints/ (Orbax, the whole train
-state), eval.json; workdir/results.json and the printed table (method x metric, mean +- std over seeds).
-Running again resumes every stage from its latest checkpoint and skips finished ones.
+Outputs (workdir/seed_<s>/<run>/): metrics.jsonl (+ TensorBoard), checkpoints/ (Orbax, the whole train
+state), eval.json; per table (config key `table`: 'main' or 'ablation') workdir/results_<table>.json (every
+rollout's record, the paired differences against `reference` with bootstrap intervals from common.stats,
+task types, SFT data stats, the config), results_<table>.txt (the printed tables) and curves_<table>.png
+(training success, turns, response tokens per run and seed).
+Running again resumes every stage from its latest checkpoint and skips finished ones; runs are folders named
+by run, so the ablation table run in the main table's workdir reuses its SFT and PlanPO runs.
 """
 
 from __future__ import annotations
@@ -42,10 +59,13 @@ from common import chat as chat_lib
 from common import checkpoint as ckpt_lib
 from common import gigpo
 from common import metric_writer
+from common import rollout as rollout_lib
+from common import stats
 from common.lm import checkpoints as lm_checkpoints
 from common.lm import loading
 from common.lm import model as model_lib
 from common.lm.config import ModelConfig
+from common.lm import sampling
 from common.lm.sampler import commit
 from planpo import advantages as adv_lib
 from planpo import data
@@ -69,9 +89,17 @@ class Policy(NamedTuple):
 
 def check_config(config) -> None:
   """Raises ValueError naming the config key of a bad value."""
-  bad = [r for r in config.runs if r not in ("sft",) + RL_METHODS]
+  bad = [r for r in config.runs if r not in ("random", "sft") and r not in config.variants]
   if bad:
-    raise ValueError(f"config `runs` holds unknown methods {bad}; valid: 'sft', {RL_METHODS}")
+    raise ValueError(f"config `runs` holds unknown runs {bad}; valid: 'random', 'sft' and the keys of `variants` "
+                     f"({sorted(config.variants)})")
+  for r in config.runs:
+    if r not in ("random", "sft"):
+      run_config(config, r)
+  if len(set(config.runs)) != len(config.runs):
+    raise ValueError(f"config `runs` repeats a run: {list(config.runs)}")
+  if not dict(config.env.eval_splits):
+    raise ValueError("config `env.eval_splits` is empty; give {label: split}, e.g. {'test': 'test'}")
   if config.rollout.mode != "window":
     raise ValueError(f"config `rollout.mode` must be 'window' for PlanPO, got {config.rollout.mode!r}")
   b = config.rl.tasks_per_step * config.rl.rollouts_per_task
@@ -79,7 +107,12 @@ def check_config(config) -> None:
     raise ValueError(f"config `rl.minibatches` must be >= 1, got {config.rl.minibatches}")
   if b < 1:
     raise ValueError("config `rl.tasks_per_step` and `rl.rollouts_per_task` must be >= 1")
-  schedule.check_alpha(config.planpo.alpha_init, config.planpo.alpha_final, config.planpo.alpha_decay_steps)
+  schedule.check_alpha(config.planpo.alpha_init, config.planpo.alpha_final, _decay_steps(config))
+
+
+def _decay_steps(config) -> int:
+  """alpha(k)'s decay length: `planpo.alpha_decay_steps`, or `rl.steps` when it is 0."""
+  return int(config.planpo.alpha_decay_steps) or int(config.rl.steps)
 
 
 def load_policy(config, corpus: Sequence[str]) -> Policy:
@@ -139,16 +172,62 @@ def score(params, tokens, attn, *, model, temperature):
   return model_lib.token_logprobs(params, tokens, attn, config=model, temperature=temperature)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "lr", "grad_clip", "temperature", "loss_kw"))
-def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, lr, grad_clip, temperature, loss_kw):
-  """One optimizer step of planpo.objective.policy_loss (loss_kw: its settings as sorted items)."""
+def score_rows(params, tokens, attn, *, model, temperature, chunk: int) -> jax.Array:
+  """`score` in chunks of `chunk` rows (config key `rl.micro_rows`): f32[B, L]; B a multiple of chunk or not."""
+  outs = [score(params, tokens[i:i + chunk], attn[i:i + chunk], model=model, temperature=temperature)
+          for i in range(0, tokens.shape[0], chunk)]
+  return jnp.concatenate(outs, axis=0)
+
+
+def chunk_weight(mask: np.ndarray, agg_mode: str, ratio: str) -> np.ndarray:
+  """What each row counts in the loss's normaliser: policy tokens ('token_mean' with the token ratio), else 1
+  per row holding any policy token (the sequence means and GSPO's response ratio). f32[B]."""
+  m = np.asarray(mask, bool)
+  if agg_mode == "token_mean" and ratio == "token":
+    return m.sum(axis=1).astype(np.float32)
+  return m.any(axis=1).astype(np.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "temperature", "loss_kw"))
+def rl_grads(params, tokens, attn, mask, logp_old, logp_ref, adv, weight, *, model, temperature, loss_kw):
+  """Gradient of weight x planpo.objective.policy_loss on one micro-batch (loss_kw: its settings as sorted
+  items); returns (grads, metrics x weight). Summing over the micro-batches of a minibatch with weights
+  (their share of `chunk_weight`) gives the minibatch's gradient and metrics exactly."""
   def loss_fn(p):
     lp = model_lib.token_logprobs(p, tokens, attn, config=model, temperature=temperature)
-    return objective.policy_loss(lp, logp_old, logp_ref, adv, mask, **dict(loss_kw))
-  (loss, m), g = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  upd, opt = _tx(lr, grad_clip).update(g, state.opt_state, state.params)
-  new = TrainState(params=optax.apply_updates(state.params, upd), opt_state=opt, step=state.step)
-  return new, dict(m, loss=loss, grad_norm=optax.tree.norm(g))
+    loss, m = objective.policy_loss(lp, logp_old, logp_ref, adv, mask, **dict(loss_kw))
+    return loss * weight, dict(m, loss=loss)
+  (_, m), g = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return g, jax.tree.map(lambda x: x * weight, m)
+
+
+@functools.partial(jax.jit, static_argnames=("lr", "grad_clip"))
+def apply_grads(state, grads, *, lr, grad_clip):
+  """One optimizer step (`_tx`) with the accumulated gradient; returns (state, grad_norm)."""
+  upd, opt = _tx(lr, grad_clip).update(grads, state.opt_state, state.params)
+  return state.replace(params=optax.apply_updates(state.params, upd), opt_state=opt), optax.tree.norm(grads)
+
+
+def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, lr, grad_clip, temperature, loss_kw,
+              micro_rows: int):
+  """One optimizer step of planpo.objective.policy_loss on a minibatch, accumulated over micro-batches of
+  `micro_rows` rows (config key `rl.micro_rows`); equal to the step on the whole minibatch
+  (tests/planpo_train_test.py). Returns (state, metrics incl. 'grad_norm')."""
+  kw = dict(loss_kw)
+  w = chunk_weight(np.asarray(mask), kw.get("agg_mode", "token_mean"), kw.get("ratio", "token"))
+  total = float(w.sum())
+  grads, metrics = None, None
+  for i in range(0, tokens.shape[0], micro_rows):
+    sl = slice(i, i + micro_rows)
+    share = float(w[sl].sum()) / total if total > 0 else (1.0 if i == 0 else 0.0)
+    if share == 0.0:
+      continue
+    g, m = rl_grads(state.params, tokens[sl], attn[sl], mask[sl], logp_old[sl], logp_ref[sl], adv[sl],
+                    jnp.float32(share), model=model, temperature=temperature, loss_kw=loss_kw)
+    grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+    metrics = m if metrics is None else jax.tree.map(jnp.add, metrics, m)
+  state, gnorm = apply_grads(state, grads, lr=lr, grad_clip=grad_clip)
+  return state, dict(metrics, grad_norm=gnorm)
 
 
 # --- advantages ----------------------------------------------------------------------------------
@@ -178,12 +257,15 @@ def compute_advantages(method: str, b: dict, *, config, num_groups: int, num_rol
     return out._asdict()
   p = config.planpo
   alpha = schedule.alpha_schedule(step, alpha_init=p.alpha_init, alpha_final=p.alpha_final,
-                                  decay_steps=int(p.alpha_decay_steps))
+                                  decay_steps=_decay_steps(config))
   out = adv_lib.planpo_advantages(rew, jnp.asarray(b["success"]), jnp.asarray(b["policy_tokens"]), g, r, t,
                                   num_groups=num_groups, num_rollouts=num_rollouts, max_turns=max_turns,
                                   alpha=alpha, mask=mask, step_grouping=p.step_grouping, stats_over=p.stats_over,
                                   norm=p.norm, eps=p.eps, ddof=p.ddof, conditional=p.conditional)
-  return dict(out._asdict(), alpha=alpha)
+  out = out._asdict()
+  if not p.get("use_episode", True):   # the ablation "without A_E": A = alpha(k) A_S
+    out["advantages"] = alpha * out["step"]
+  return dict(out, alpha=alpha)
 
 
 def _loss_kw(config) -> tuple:
@@ -200,8 +282,7 @@ def _ckpt(config, d: str) -> ckpt_lib.Checkpointer:
 
 
 def _pad_rows(rows: Sequence[tuple[list[int], list[int]]], n: int, pad_id: int):
-  length = max(len(p) + len(r) for p, r in rows)
-  length = 1 << max(4, (length - 1).bit_length())
+  length = sampling.bucket_length(max(len(p) + len(r) for p, r in rows), buckets=rollouts.LENGTH_BUCKETS)
   tok = np.full((n, length), pad_id, np.int32)
   attn = np.zeros((n, length), bool)
   mask = np.zeros((n, length), bool)
@@ -242,6 +323,14 @@ def run_sft(config, policy: Policy, rows, d: str, seed: int) -> TrainState:
   return state
 
 
+def _rows(x: np.ndarray, n: int) -> np.ndarray:
+  """The first n rows of x, padded with zero rows when x has fewer."""
+  x = np.asarray(x)
+  if x.shape[0] >= n:
+    return x[:n]
+  return np.concatenate([x, np.zeros((n - x.shape[0],) + x.shape[1:], x.dtype)])
+
+
 class StopRequested(Exception):
   """Raised after saving when `stop_after` RL steps are done (tests of resume)."""
 
@@ -262,7 +351,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
     for step in range(start, int(rl.steps)):
       rng = np.random.default_rng([seed, 17, step])
       tasks = [train_tasks[i] for i in rng.choice(len(train_tasks), n_tasks, replace=n_tasks > len(train_tasks))]
-      key = jax.random.fold_in(jax.random.key(seed * 1000 + RL_METHODS.index(method)), step)
+      key = jax.random.fold_in(jax.random.key(seed * 1000), step)   # common random numbers across runs
       sampler = rollouts.make_sampler(state.params, policy, key=key, rows=n_tasks * G, temperature=temp,
                                       config=config)
       t0 = time.monotonic()
@@ -270,9 +359,18 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
       t1 = time.monotonic()
       b = rollouts.collate(trajs, pad_id=pad)
       adv = compute_advantages(method, b, config=config, num_groups=n_tasks, num_rollouts=n_tasks * G, step=step)
-      tok, attn, mask = jnp.asarray(b["tokens"]), jnp.asarray(b["attn"]), jnp.asarray(b["policy_mask"])
-      logp_old = score(state.params, tok, attn, model=policy.model, temperature=temp)
-      logp_ref = score(ref_params, tok, attn, model=policy.model, temperature=temp)
+      b["advantages"] = np.asarray(adv["advantages"])
+      micro = int(rl.get("micro_rows", 32))
+      # rows to train on: the real rows (first) padded to a multiple of `rl.micro_rows` with empty rows
+      real = np.flatnonzero(b["valid"])
+      keep = -(-(int(real[-1]) + 1 if real.size else 1) // micro) * micro
+      tok, attn, mask, a_rows = (_rows(b[k], keep) for k in ("tokens", "attn", "policy_mask", "advantages"))
+      tok, attn, mask, a_rows = jnp.asarray(tok), jnp.asarray(attn), jnp.asarray(mask), jnp.asarray(a_rows)
+      if rl.get("old_logprobs", "recompute") == "sampler":   # the rollout's own log-probs (same model, same T)
+        logp_old = jnp.asarray(_rows(b["logprobs"], keep))
+      else:
+        logp_old = score_rows(state.params, tok, attn, model=policy.model, temperature=temp, chunk=micro)
+      logp_ref = score_rows(ref_params, tok, attn, model=policy.model, temperature=temp, chunk=micro)
       rows = tok.shape[0]
       mb = max(1, rows // int(rl.minibatches))
       perm = np.random.default_rng([seed, 19, step]).permutation(rows)
@@ -280,8 +378,9 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
       for i in range(0, rows - mb + 1, mb):
         sel = jnp.asarray(perm[i:i + mb])
         state, m = rl_update(state, tok[sel], attn[sel], mask[sel], logp_old[sel], logp_ref[sel],
-                             adv["advantages"][sel], model=policy.model, lr=float(rl.lr),
-                             grad_clip=float(config.optim.grad_clip), temperature=temp, loss_kw=_loss_kw(config))
+                             a_rows[sel], model=policy.model, lr=float(rl.lr),
+                             grad_clip=float(config.optim.grad_clip), temperature=temp, loss_kw=_loss_kw(config),
+                             micro_rows=micro)
         ms.append(jax.device_get(m))
       state = state.replace(step=jnp.asarray(step + 1, jnp.int32))
       t2 = time.monotonic()
@@ -303,86 +402,255 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
   return state
 
 
-def evaluate(config, policy: Policy, params, pool, eval_tasks, d: str, seed: int) -> dict:
-  """One rollout per held-out task at `rl.eval_temperature`; writes and returns eval.json's metrics."""
+# --- evaluation ----------------------------------------------------------------------------------
+
+class RandomAdmissible:
+  """The no-training baseline: a uniformly random admissible action every turn (numpy seed [seed, 23]).
+
+  A common.rollout policy (list[PolicyRequest] -> list[PolicyOutput]); reads the admissible actions of each
+  episode's current state from the worker the driver runs it on (its 'admissible_actions' query). The reply
+  is '<think>I pick an admissible action.</think><action>A</action>' in the policy's chat format.
+  """
+
+  REASON = "I pick an admissible action."
+
+  def __init__(self, chat, seed: int):
+    self.rng = np.random.default_rng([int(seed), 23])
+    self.driver = None
+    self._scripted = rollout_lib.ScriptedPolicy(self._reply, chat)
+
+  def attach(self, driver) -> None:
+    """Called by planpo.rollouts.run_rollouts with the driver that runs the episodes."""
+    self.driver = driver
+
+  def _reply(self, request) -> str:
+    acts = list(self.driver.worker_for(request.episode).query("admissible_actions")) if self.driver else []
+    action = acts[int(self.rng.integers(len(acts)))] if acts else "look"
+    return f"<think>{self.REASON}</think><action>{action}</action>"
+
+  def __call__(self, requests):
+    return self._scripted(requests)
+
+
+def evaluate(config, policy: Policy, params, pool, eval_sets: dict[str, list[str]], d: str, seed: int,
+             *, random_baseline: bool = False) -> dict:
+  """`rl.eval_samples` rollouts per held-out task of every split of `env.eval_splits`, at `rl.eval_temperature`
+  (the RandomAdmissible policy with random_baseline); writes and returns eval.json:
+  {split label: {'metrics': planpo.rollouts.episode_metrics, 'episodes': [planpo.rollouts.episode_record]}}.
+  An existing eval.json is returned as is (resume)."""
   path = os.path.join(d, "eval.json")
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
-  sampler = rollouts.make_sampler(params, policy, key=jax.random.key(seed + 99), rows=len(eval_tasks),
-                                  temperature=float(config.rl.eval_temperature), config=config)
-  trajs = rollouts.run_rollouts(pool, sampler, policy.chat, eval_tasks, config=config, group_size=1, seed=0)
-  m = rollouts.episode_metrics(trajs)
+  k = int(config.rl.get("eval_samples", 1))
+  out = {}
+  for label, tasks in eval_sets.items():
+    if random_baseline:
+      sampler = RandomAdmissible(policy.chat, seed)
+    else:
+      sampler = rollouts.make_sampler(params, policy, key=jax.random.key(seed + 99), rows=len(tasks) * k,
+                                      temperature=float(config.rl.eval_temperature), config=config)
+    trajs = rollouts.run_rollouts(pool, sampler, policy.chat, tasks, config=config, group_size=k, seed=0)
+    out[label] = {"metrics": rollouts.episode_metrics(trajs),
+                  "episodes": [rollouts.episode_record(t) for t in trajs]}
   os.makedirs(d, exist_ok=True)
   with open(path + ".tmp", "w") as f:
-    json.dump(m, f, indent=1)
+    json.dump(out, f, indent=1)
   os.replace(path + ".tmp", path)
-  return m
+  return out
 
 
-def results_table(results: dict[str, list[dict]]) -> str:
-  """Method x metric table, 'mean +- std' over seeds (sample std; 0 for one seed)."""
-  head = f"{'method':<8}" + "".join(f"{m:>22}" for m in METRICS)
-  lines = [head, "-" * len(head)]
-  for method, runs in results.items():
-    cells = []
-    for m in METRICS:
-      x = np.asarray([r[m] for r in runs], float)
-      sd = float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
-      cells.append(f"{np.mean(x):.3f} +- {sd:.3f}")
-    lines.append(f"{method:<8}" + "".join(f"{c:>22}" for c in cells))
-  return "\n".join(lines)
+# --- runs and reports ----------------------------------------------------------------------------
+
+def run_config(config, name: str) -> tuple[str, ml_collections.ConfigDict]:
+  """(method, config) of the RL run `name`: `config.variants[name]`'s 'method' and its overrides of
+  `planpo.*` / `gigpo.*` applied to a copy of config.
+
+  Raises:
+    ValueError: unknown run name, method, section or key (names the config key).
+  """
+  if name not in config.variants:
+    raise ValueError(f"config `runs` names {name!r}, which is neither 'random', 'sft' nor a key of `variants` "
+                     f"({sorted(config.variants)})")
+  v = dict(config.variants[name])
+  method = v.pop("method", None)
+  if method not in RL_METHODS:
+    raise ValueError(f"config `variants.{name}.method` must be one of {RL_METHODS}, got {method!r}")
+  c = ml_collections.ConfigDict(config.to_dict())
+  for section, overrides in v.items():
+    if section not in ("planpo", "gigpo", "rl"):
+      raise ValueError(f"config `variants.{name}` overrides section {section!r}; allowed: planpo, gigpo, rl")
+    for key, value in dict(overrides).items():
+      if key not in c[section]:
+        raise ValueError(f"config `variants.{name}.{section}.{key}`: `{section}` has no key {key!r}")
+      c[section][key] = value
+  return method, c
+
+
+def _seed_means(results, run, label, metric) -> list[float]:
+  return [float(np.mean([e[metric] for e in results[run][s][label]["episodes"]])) for s in sorted(results[run])]
+
+
+def report(config, results: dict, types: dict[str, str]) -> str:
+  """The printed tables: per split, the runs' metrics (mean +- std over seeds), the paired differences
+  against `reference` (common.stats.paired_difference over (seed, task, sample) units: `stats.*`), and
+  success / turns per task type.
+
+  results: {run: {seed: eval.json dict}}.
+  """
+  runs = list(results)
+  seeds = sorted(next(iter(results.values())))
+  ref = config.reference if config.reference in results else None
+  out = []
+  for label in next(iter(next(iter(results.values())).values())):
+    eps0 = results[runs[0]][seeds[0]][label]["episodes"]
+    n_tasks = len({e["task_id"] for e in eps0})
+    out.append(f"\n== held-out split '{label}' ({dict(config.env.eval_splits)[label]}): {n_tasks} tasks x "
+               f"{len(eps0) // max(n_tasks, 1)} rollout(s), seeds {seeds}; mean +- std over seeds ==")
+    head = f"{'run':<22}" + "".join(f"{m:>20}" for m in METRICS)
+    out += [head, "-" * len(head)]
+    for run in runs:
+      cells = []
+      for m in METRICS:
+        x = np.asarray(_seed_means(results, run, label, m))
+        sd = float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
+        cells.append(f"{np.mean(x):.3f} +- {sd:.3f}")
+      out.append(f"{run:<22}" + "".join(f"{c:>20}" for c in cells))
+    if ref is not None:
+      st = config.stats
+      out.append(f"\npaired difference, run - {ref} (mean [{int(st.confidence * 100)}% {st.method} bootstrap "
+                 f"interval] over (seed, task, rollout) pairs; per-seed means in the JSON)")
+      head = f"{'run':<22}" + "".join(f"{'d ' + m:>28}" for m in METRICS)
+      out += [head, "-" * len(head)]
+      for run in runs:
+        if run == ref:
+          continue
+        cells = []
+        for m in METRICS:
+          x = [e[m] for s in seeds for e in results[run][s][label]["episodes"]]
+          y = [e[m] for s in seeds for e in results[ref][s][label]["episodes"]]
+          d = stats.paired_difference(x, y, confidence=float(st.confidence), resamples=int(st.resamples),
+                                      method=str(st.method))
+          cells.append(f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+        out.append(f"{run:<22}" + "".join(f"{c:>28}" for c in cells))
+    kinds = sorted({types.get(e["task_id"], "?") for e in eps0})
+    if kinds:
+      out.append("\nper task type: success / turns (mean over seeds and tasks)")
+      head = f"{'run':<22}" + "".join(f"{k[:24]:>26}" for k in kinds)
+      out += [head, "-" * len(head)]
+      for run in runs:
+        cells = []
+        for k in kinds:
+          es = [e for s in seeds for e in results[run][s][label]["episodes"] if types.get(e["task_id"], "?") == k]
+          cells.append(f"{np.mean([e['success'] for e in es]):.3f} / {np.mean([e['turns'] for e in es]):5.2f}")
+        out.append(f"{run:<22}" + "".join(f"{c:>26}" for c in cells))
+  return "\n".join(out).lstrip("\n")
+
+
+def differences(config, results: dict) -> dict:
+  """{split: {run: {metric: {'mean', 'low', 'high', 'n', 'per_seed'}}}} against `reference` (report())."""
+  ref = config.reference
+  if ref not in results:
+    return {}
+  seeds = sorted(results[ref])
+  out: dict = {}
+  for label in results[ref][seeds[0]]:
+    for run in results:
+      if run == ref:
+        continue
+      for m in METRICS:
+        x = [e[m] for s in seeds for e in results[run][s][label]["episodes"]]
+        y = [e[m] for s in seeds for e in results[ref][s][label]["episodes"]]
+        d = stats.paired_difference(x, y, confidence=float(config.stats.confidence),
+                                    resamples=int(config.stats.resamples), method=str(config.stats.method))
+        per_seed = [a - b for a, b in zip(_seed_means(results, run, label, m), _seed_means(results, ref, label, m))]
+        out.setdefault(label, {}).setdefault(run, {})[m] = dict(d._asdict(), per_seed=per_seed)
+  return out
+
+
+def plot(workdir: str, config, tag: str = "main") -> str | None:
+  """curves_<tag>.png: training success, turns and response tokens per RL run and seed (common.metric_writer)."""
+  series = {}
+  for seed in config.seeds:
+    for run in config.runs:
+      p = os.path.join(workdir, f"seed_{seed}", run, "metrics.jsonl")
+      if run not in ("random", "sft") and os.path.exists(p):
+        series[f"{run} s{seed}"] = p
+  if not series:
+    return None
+  return metric_writer.plot_curves(series, ["rollout/success", "rollout/turns", "rollout/response_tokens"],
+                                   os.path.join(workdir, f"curves_{tag}.png"),
+                                   title=f"{tag}: training rollouts per run and seed")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | None = None) -> dict | None:
-  """SFT, then each RL method per seed, evaluation and the results table (module docstring).
+  """SFT, then each run of `runs` per seed, evaluation and the tables (module docstring).
 
   Args:
-    config: a configs/planpo_twx.py config.
+    config: a configs/planpo_<env>.py config.
     workdir: output folder (created); running again resumes.
     stop_after: stop (after saving) once this many RL steps ran in this call (tests of resume); returns None.
   Returns:
-    {method: [eval metrics per seed]} (also workdir/results.json), or None when stopped early.
+    {run: {seed: eval.json dict}} (workdir/results_<table>.json also holds the paired differences), or None when
+    stopped early.
   """
   check_config(config)
   os.makedirs(workdir, exist_ok=True)
   pool = rollouts.make_pool(config)
   budget = [-1 if stop_after is None else int(stop_after)]
-  results: dict[str, list[dict]] = {m: [] for m in config.runs}
+  results: dict[str, dict[int, dict]] = {r: {} for r in config.runs}
+  sft_data: dict[int, dict] = {}
   try:
     w0 = pool.workers[0]
     train_tasks = rollouts.task_ids(w0, config, config.env.train_split, config.env.train_tasks)
-    eval_tasks = rollouts.task_ids(w0, config, config.env.eval_split, config.env.eval_tasks)
+    eval_sets = {str(label): rollouts.task_ids(w0, config, split, config.env.eval_tasks)
+                 for label, split in dict(config.env.eval_splits).items()}
+    types = rollouts.task_types(w0, sorted({t for v in eval_sets.values() for t in v}))
     corpus = data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
     policy = load_policy(config, corpus)   # one tokenizer and initial model for every seed
+    shared = bool(config.sft.get("shared", False))
+    shared_params = None
     for seed in config.seeds:
-      episodes = data.gold_episodes(pool, train_tasks, config=config, seed=int(seed), chat=policy.chat)
+      seed = int(seed)
+      sft_seed = int(config.seeds[0]) if shared else seed
+      episodes = data.gold_episodes(pool, train_tasks, config=config, seed=sft_seed, chat=policy.chat)
       sd = os.path.join(workdir, f"seed_{seed}")
       sft_dir = os.path.join(sd, "sft")
-      rows = data.sft_rows(episodes)
-      sft_state = run_sft(config, policy, rows, sft_dir, int(seed))
-      sft_params = sft_state.params
-      if "sft" in results:
-        results["sft"].append(evaluate(config, policy, sft_params, pool, eval_tasks, sft_dir, int(seed))
-                              | data.episode_stats(episodes))
-      for method in RL_METHODS:
-        if method not in results:
-          continue
-        md = os.path.join(sd, method)
-        if not os.path.exists(os.path.join(md, "eval.json")):
-          st = run_rl(config, policy, method, sft_params, sft_params, pool, train_tasks, md, int(seed), budget)
-          params = st.params
+      sft_params = None
+      if any(r != "random" and not os.path.exists(os.path.join(sd, r, "eval.json")) for r in config.runs):
+        if shared:
+          if shared_params is None:
+            shared_params = run_sft(config, policy, data.sft_rows(episodes), os.path.join(workdir, "sft_shared"),
+                                    sft_seed).params
+          sft_params = shared_params
         else:
-          params = None
-        results[method].append(evaluate(config, policy, params, pool, eval_tasks, md, int(seed)))
+          sft_params = run_sft(config, policy, data.sft_rows(episodes), sft_dir, seed).params
+      for name in config.runs:
+        rd = os.path.join(sd, name)
+        if name == "random":
+          results[name][seed] = evaluate(config, policy, None, pool, eval_sets, rd, seed, random_baseline=True)
+          continue
+        if name == "sft":
+          results[name][seed] = evaluate(config, policy, sft_params, pool, eval_sets, sft_dir, seed)
+          sft_data[seed] = data.episode_stats(episodes)
+          continue
+        params = None
+        if not os.path.exists(os.path.join(rd, "eval.json")):
+          method, rc = run_config(config, name)
+          params = run_rl(rc, policy, method, sft_params, sft_params, pool, train_tasks, rd, seed, budget).params
+        results[name][seed] = evaluate(config, policy, params, pool, eval_sets, rd, seed)
   except StopRequested:
     return None
   finally:
     pool.close()
-  with open(os.path.join(workdir, "results.json"), "w") as f:
-    json.dump(results, f, indent=1)
-  table = results_table(results)
+  table = report(config, results, types)
+  tag = str(config.get("table", "main"))
+  with open(os.path.join(workdir, f"results_{tag}.json"), "w") as f:
+    json.dump({"runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
+               "task_types": types, "differences": differences(config, results), "sft_data": sft_data,
+               "config": config.to_dict()}, f, indent=1, default=str)
   print(table, flush=True)
-  with open(os.path.join(workdir, "results.txt"), "w") as f:
+  with open(os.path.join(workdir, f"results_{tag}.txt"), "w") as f:
     f.write(table + "\n")
+  plot(workdir, config, tag)
   return results

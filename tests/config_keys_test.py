@@ -92,6 +92,8 @@ def config_variants() -> dict[tuple[str, str], tuple[ml_collections.ConfigDict, 
     if path.name.startswith("_"):
       continue
     module = importlib.import_module(f"configs.{path.stem}")
+    if not hasattr(module, "get_config"):   # shared settings (configs/planpo_base.py), not a config
+      continue
     for v in _variants(module):
       c = module.get_config(v or None)
       out[(f"configs/{path.name}", v)] = (c, _paths(c))

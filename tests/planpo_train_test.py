@@ -53,6 +53,36 @@ def mixed_batch():
 
 class AdvantagesTest(absltest.TestCase):
 
+  def test_ablation_variants(self):
+    """The four published ablations (configs/planpo_base.variants) change the advantage as they say."""
+    config = planpo_twx.get_config("ablation,smoke")
+    b = mixed_batch()
+    valid = b["valid"]
+    adv = {}
+    for name in config.runs:
+      if name in ("sft", "random"):
+        continue
+      method, rc = train.run_config(config, name)
+      adv[name] = {k: np.asarray(v) for k, v in
+                   train.compute_advantages(method, b, config=rc, num_groups=1, num_rollouts=4, step=1).items()}
+    full = adv["planpo"]
+    alpha = float(full["alpha"])
+    self.assertLess(alpha, 0.1)   # decayed at step 1 of 2
+    np.testing.assert_allclose(adv["planpo_no_ae"]["advantages"], alpha * full["step"], atol=1e-6)
+    np.testing.assert_allclose(adv["planpo_no_as"]["advantages"], full["episode"], atol=1e-6)
+    np.testing.assert_allclose(adv["planpo_constant_alpha"]["advantages"], full["episode"] + 0.1 * full["step"],
+                               atol=1e-6)
+    self.assertFalse(np.allclose(adv["planpo_unconditional"]["advantages"][valid], full["advantages"][valid]))
+
+  def test_unknown_variant_key_is_named(self):
+    config = planpo_twx.get_config("smoke")
+    config.variants["planpo_typo"] = {"method": "planpo", "planpo": {"alpah_init": 0.2}}
+    with self.assertRaisesRegex(ValueError, "variants.planpo_typo.planpo.alpah_init"):
+      train.run_config(config, "planpo_typo")
+    config.runs = ("sft", "nope")
+    with self.assertRaisesRegex(ValueError, "nope"):
+      train.check_config(config)
+
   def test_three_methods_nonzero_and_ordered(self):
     config = planpo_twx.get_config("smoke")
     b = mixed_batch()
@@ -68,6 +98,43 @@ class AdvantagesTest(absltest.TestCase):
     ep = np.asarray(p["episode"])
     self.assertGreater(ep[0], ep[2])   # the 2-turn win above the 3-turn win
     self.assertGreater(ep[2], ep[5])
+
+
+class MicroBatchTest(absltest.TestCase):
+  """rl_update accumulated over micro-batches equals the step on the whole minibatch."""
+
+  def test_accumulation_is_exact(self):
+    import jax
+    from common.lm import testing as lm_testing
+    from common.lm.config import ModelConfig
+    cfg = ModelConfig(family="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32, num_layers=1,
+                      num_heads=2, num_kv_heads=1, head_dim=8)
+    params = lm_testing.random_params(cfg, seed=0)
+    rng = np.random.default_rng(0)
+    rows, length = 8, 12
+    tok = rng.integers(1, 64, size=(rows, length)).astype(np.int32)
+    attn = np.ones((rows, length), bool)
+    attn[5:, 9:] = False
+    mask = np.zeros((rows, length), bool)
+    for i in range(rows):
+      mask[i, 4:4 + 1 + i % 5] = True
+    mask[6] = False   # a row without policy tokens
+    mask &= attn
+    lp_old = np.asarray(train.score(params, tok, attn, model=cfg, temperature=1.0)) + 0.05 * rng.normal(
+        size=(rows, length)).astype(np.float32)
+    lp_ref = lp_old - 0.1
+    adv = rng.normal(size=(rows,)).astype(np.float32)
+    for agg in ("token_mean", "seq_mean_token_mean"):
+      kw = tuple(sorted(dict(clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode=agg, ratio="token").items()))
+      out = {}
+      for micro in (8, 3):
+        state = train.init_state(params, 1e-2, 1.0)
+        state, m = train.rl_update(state, tok, attn, mask, lp_old, lp_ref, adv, model=cfg, lr=1e-2, grad_clip=1.0,
+                                   temperature=1.0, loss_kw=kw, micro_rows=micro)
+        out[micro] = (state.params, m)
+      jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), out[8][0], out[3][0])
+      for k in ("loss", "kl", "grad_norm"):
+        np.testing.assert_allclose(out[8][1][k], out[3][1][k], rtol=1e-5, atol=1e-6, err_msg=f"{agg} {k}")
 
 
 @absltest.skipUnless(HAVE_TWX, "needs java and textworld-express")
@@ -90,20 +157,34 @@ class SmokeTest(absltest.TestCase):
 
   def test_end_to_end(self):
     print(f"smoke run: {self.seconds:.1f} s")
-    self.assertEqual(set(self.results), {"sft", "grpo", "gigpo", "planpo"})
-    with open(os.path.join(self.root, "full", "results.json")) as f:
+    self.assertEqual(set(self.results), {"random", "sft", "grpo", "gigpo", "planpo"})
+    with open(os.path.join(self.root, "full", "results_main.json")) as f:
       saved = json.load(f)
-    self.assertEqual(saved, json.loads(json.dumps(self.results)))
+    self.assertEqual(saved["runs"], json.loads(json.dumps(
+        {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in self.results.items()})))
+    ev = saved["runs"]["planpo"]["0"]["test"]
     for m in train.METRICS:
-      self.assertIn(m, saved["planpo"][0])
+      self.assertIn(m, ev["metrics"])
+    self.assertLen(ev["episodes"], self.config.env.eval_tasks)
+    # paired: every run evaluates the same tasks in the same order
+    ids = [e["task_id"] for e in ev["episodes"]]
+    for run in self.results:
+      self.assertEqual([e["task_id"] for e in saved["runs"][run]["0"]["test"]["episodes"]], ids, run)
+    self.assertEqual(set(saved["differences"]["test"]), {"random", "sft", "gigpo", "planpo"})
+    self.assertEqual(set(saved["task_types"].values()), {"coin"})
     rows = [json.loads(x) for x in open(os.path.join(self.root, "full", "seed_0", "planpo", "metrics.jsonl"))]
     self.assertEqual([r["step"] for r in rows], [1, 2])
     self.assertIn("planpo/alpha", rows[0])
+    self.assertTrue(os.path.exists(os.path.join(self.root, "full", "curves_main.png")))
+    with open(os.path.join(self.root, "full", "results_main.txt")) as f:
+      text = f.read()
+    self.assertIn("paired difference, run - grpo", text)
+    self.assertIn("per task type", text)
 
   def test_resume_gives_same_result(self):
     d = os.path.join(self.root, "stopped")
     self.assertIsNone(train.run(self.config, d, stop_after=3))   # stops inside gigpo (2 grpo steps + 1)
-    self.assertFalse(os.path.exists(os.path.join(d, "results.json")))
+    self.assertFalse(os.path.exists(os.path.join(d, "results_main.json")))
     resumed = train.run(self.config, d)
     self.assertEqual(json.loads(json.dumps(resumed)), json.loads(json.dumps(self.results)))
     for method in ("grpo", "gigpo", "planpo"):   # the losses, KL and advantages, step by step
@@ -125,6 +206,7 @@ class GoldEpisodesTest(absltest.TestCase):
     from planpo import data
     from planpo import rollouts
     config = planpo_twx.get_config("smoke")
+    config.sft.detour_prob, config.sft.max_detours, config.env.max_turns = 1.0, 1, 8   # one detour per episode
     pool = rollouts.make_pool(config, num_workers=1)
     self.addCleanup(pool.close)
     tasks = rollouts.task_ids(pool.workers[0], config, config.env.train_split, 3)

@@ -33,7 +33,7 @@ and counts the move, as in TWX), else 'ok'. Done on success, failure, or after `
 Query methods (EnvClient.query): game_names(), seeds(game, split), task_ids(split, games, limit),
 gold_actions(task_id), admissible_actions(), episode_info() -> {'instruction': task description,
 'observation': the current observation, 'admissible_actions': [...]} (the windowed rollout mode,
-common.windowed, reads it after each reset).
+common.windowed, reads it after each reset), task_type(task_id) -> the game.
 
 Step latency (in this process, coin collector, 2-core CPU box): about 0.3-1 ms; through the
 sandboxed process add the MCP round trip (a few ms). benchmarks/ and tests/twx_env_test.py measure it.
@@ -41,6 +41,7 @@ sandboxed process add the MCP round trip (a few ms). benchmarks/ and tests/twx_e
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -73,7 +74,8 @@ class TwxToolEnv:
     ValueError: a game_params key that is not a TWX game.
   """
 
-  QUERY_METHODS = ("game_names", "seeds", "task_ids", "gold_actions", "admissible_actions", "episode_info")
+  QUERY_METHODS = ("game_names", "seeds", "task_ids", "gold_actions", "admissible_actions", "episode_info",
+                   "task_type")
 
   def __init__(self, *, game_params: dict[str, str] | None = None, env_step_limit: int = 100,
                jvm_heap_mb: int = 512):
@@ -134,6 +136,7 @@ class TwxToolEnv:
     return StepResult(self._obs, "ok" if valid else "invalid", self._done, info)
 
   def close(self) -> None:
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)   # py4j logs a traceback when its gateway is gone
     try:
       self._tw.close()
     except Exception:  # pylint: disable=broad-except
@@ -171,6 +174,11 @@ class TwxToolEnv:
 
   def admissible_actions(self) -> list[str]:
     return list(self._valid)
+
+  def task_type(self, task_id: str) -> str:
+    """The task's game ('coin', 'mapreader', 'cookingworld', 'sorting', ...): the per-type tables' label."""
+    return self._game(base.split_task_id(task_id, env="TextWorldExpress", form="'coin/3' (<game>/<seed>)",
+                                         number="seed")[0])
 
   def episode_info(self) -> dict[str, Any]:
     return {"instruction": self._task_desc, "observation": self._obs,

@@ -1,0 +1,85 @@
+r"""The settings every PlanPO config shares (configs/planpo_<env>.py start from `base_config`).
+
+Not a config itself (no `get_config`). Keys:
+  method            'planpo' (the launcher runs planpo.train.run).
+  seeds             paired seeds: every run of seed s starts from the same SFT policy and evaluates the same tasks.
+  runs              the table's rows, in order: 'random' (uniform admissible action, no training), 'sft', or a
+                    name of `variants`.
+  variants          run name -> {'method': 'grpo'|'gigpo'|'planpo', and overrides of `planpo.*` / `gigpo.*`}.
+  reference         the run every paired difference is taken against (the paper compares with GRPO).
+  table             'main' or 'ablation': names the outputs results_<table>.{json,txt}, curves_<table>.png.
+  env.factory       'module:Class' of the ToolEnv (served from sandboxed processes with env.sandboxed).
+  env.kwargs        its constructor arguments.
+  env.games         task families / types passed to the env's `task_ids` query (None: the env's default).
+  env.train_split   split of the training tasks; env.eval_splits {label: split} of the held-out tables.
+  env.train_tasks / env.eval_tasks   tasks per game/type (the env's `limit`).
+  env.max_turns     turn limit (published: 50 household, 20 ScienceWorld).
+  sft.shared        every seed's RL starts from one SFT policy (trained once, first seed) instead of its own.
+  sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
+                    and the move back (TextWorldExpress 'move <dir>' only).
+  planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps.
+  stats.*           paired bootstrap of the differences against `reference` (scipy.stats.bootstrap, BCa).
+The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` / `gigpo.*`.
+"""
+
+import ml_collections
+
+from common import windowed as win_lib
+
+MAIN_RUNS = ("random", "sft", "grpo", "gigpo", "planpo")
+ABLATION_RUNS = ("sft", "planpo", "planpo_no_ae", "planpo_no_as", "planpo_unconditional", "planpo_constant_alpha")
+
+
+def variants() -> dict:
+  """The RL runs by name: the three methods and the paper's four PlanPO ablations (SPEC.md, PlanPO)."""
+  return {
+      "grpo": {"method": "grpo"},
+      "gigpo": {"method": "gigpo"},
+      "planpo": {"method": "planpo"},
+      "planpo_no_ae": {"method": "planpo", "planpo": {"use_episode": False}},     # A = alpha(k) A_S
+      "planpo_no_as": {"method": "planpo", "planpo": {"alpha_init": 0.0, "alpha_final": 0.0}},   # A = A_E
+      "planpo_unconditional": {"method": "planpo", "planpo": {"conditional": False}},
+      "planpo_constant_alpha": {"method": "planpo", "planpo": {"alpha_final": 0.1}},   # alpha = alpha_init
+  }
+
+
+def base_config() -> ml_collections.ConfigDict:
+  """The shared PlanPO config; an env config sets `env.*` and sizes, and may override anything."""
+  c = ml_collections.ConfigDict()
+  c.method = "planpo"
+  c.seeds = (0, 1, 2)
+  c.runs = MAIN_RUNS
+  c.variants = variants()
+  c.reference = "grpo"
+  c.table = "main"
+  c.env = dict(factory="", kwargs={}, games=None, train_split="train", eval_splits={"test": "test"},
+               train_tasks=64, eval_tasks=32, max_turns=12, workers=8, sandboxed=True, ro_paths=())
+  w = win_lib.WindowConfig()
+  c.rollout = dict(mode="window", max_response_tokens=96, max_context_tokens=4096, max_observation_chars=1200,
+                   window=dict(w._asdict()))
+  c.policy = dict(lm_checkpoint="tiny:qwen2", cache_dir="", tiny_vocab=2000, dtype="float32",
+                  param_dtype="float32",
+                  sizes=dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128))
+  c.optim = dict(grad_clip=1.0)
+  c.sft = dict(epochs=8, batch_size=32, lr=3e-3, detour_prob=0.35, max_detours=3, think_min_sentences=0,
+               think_max_sentences=4, harmless_actions=("look around", "inventory"), move_detours=False,
+               shared=False)
+  c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, lr=1e-4, temperature=1.0, eval_temperature=1.0,
+              eval_samples=1, minibatches=2, micro_rows=32, old_logprobs="recompute", reward_scale=10.0)
+  c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
+                  use_episode=True, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0, ratio="token",
+                  clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode="token_mean")
+  c.gigpo = dict(gamma=0.95, step_weight=1.0, norm="std", stats_over="turns", eps=1e-6, ddof=1)
+  c.stats = dict(resamples=10000, confidence=0.95, method="BCa")
+  c.checkpoint = dict(every=5, max_to_keep=2)
+  c.logging = dict(every=1, tensorboard=True)
+  return c
+
+
+def ablation(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The `:ablation` variant of an env config: the ablation rows instead of the main ones, and the paired
+  differences taken against the full PlanPO (the paper's ablation table compares with it)."""
+  c.runs = ABLATION_RUNS
+  c.table = "ablation"
+  c.reference = "planpo"
+  return c

@@ -1,0 +1,117 @@
+r"""PlanPO, GRPO and GiGPO on household tasks (offline ALFWorld, common/envs/household), CPU sized.
+
+  python -m experiments.train --config=configs/planpo_household.py --workdir=runs/planpo_household
+  python -m experiments.train --config=configs/planpo_household.py:ablation --workdir=runs/planpo_household_abl
+  python -m experiments.train --config=configs/planpo_household.py:smoke --workdir=/tmp/planpo_household_smoke
+
+Variants (comma-separated, e.g. 'smoke,ablation'): '' (CPU default: the main rows, 3 seeds), 'ablation'
+(configs.planpo_base.ablation: the PlanPO ablation rows), 'smoke' (seconds; the tests). Everything not set
+here is configs/planpo_base.py's.
+
+Environment: HouseholdToolEnv, in-process workers (config `env.sandboxed` False: the engine is pure Python
+and the workers then share the translation memo and the game cache of common/envs/household/env.py; a
+sandboxed worker generates its own games unless `env.kwargs.cache_dir` is mounted with `env.ro_paths`).
+Games are generated offline from the ALFRED floor plans and solved by ALFWorld's hand-coded expert once,
+into `env.kwargs.cache_dir` ('' = $AGENTIC_RL_CACHE/household_games/v1, else
+~/.cache/agentic-rl-jax/household_games/v1; never the read-only shared data folder), so a second run reuses
+them. Splits: train and valid_seen from the seen rooms, valid_unseen from ALFRED's held-out rooms
+(`env.eval_splits` {'seen': 'valid_seen', 'unseen': 'valid_unseen'}).
+
+CPU choices (measured on the 2-core machine while other jobs ran, load average 5-9; idle is faster):
+  task types     `env.games` = pick_and_place_simple and look_at_obj_in_light: the two types with the
+                 shortest expert plans and the cheapest rooms. Hand-coded expert plans of the first 12
+                 training games per type (the expert's own search of the receptacles included):
+                   pick_and_place_simple  6 6 6 7 8 10 10 12 13 14 20 26
+                   look_at_obj_in_light   4 4 5 6 7 9 13 27 28 29 51 53
+                 (heat / cool / clean: 8-15; pick_two_obj_and_place often ~100.)
+  games          generated once into the cache: 24 training games in 83 s, 24 held-out games in 57 s
+                 (~1-9 s a game: the expert's solve); a second run reads them (< 1 ms a game).
+  env cost       a step ~20 ms with the engine's text caches (53 ms without), a reset of a loaded game
+                 0.03-0.1 s, the first load of a game 0.15-0.3 s (common/envs/household/engine.py).
+  turn limit     `env.max_turns` = 10 (published: 50). An episode that is not won runs to the limit and
+                 every turn is a training row, so the limit sets the RL update cost; 10 keeps 10 of the 24
+                 expert plans (with up to `sft.max_detours` = 2 detours) in the SFT data: the others are
+                 dropped from it and stay hard RL tasks. `env.kwargs.max_steps` = the same limit.
+  prompts        no history (`rollout.window.history_length` = 0; verl-agent: 2): with one pair, the
+                 history and the invalid replies it quotes made RL rows of up to 960 tokens (the update
+                 cost grows with rows x length);
+                 observations clipped at `rollout.max_observation_chars` = 400 (a room description here is
+                 180-510 characters); up to `rollout.window.max_admissible_actions` = 50 admissible
+                 actions listed (12-42 here; the sorted list ends with 'take' / 'use', so it is never cut);
+                 a one-line format instruction (`rollout.window.format_text`). Gold-replay prompts: 238
+                 tokens on average, at most 419 (vocabulary `policy.tiny_vocab` = 2000; 287 / 489 with one
+                 history pair).
+  run time       one seed of the default (planpo/train.py of 05:47 UTC, load 5-7): tokenizer corpus + SFT
+                 (10 episodes, 48 steps) ~3 min; an evaluation (16 episodes) 20-40 s; an RL step (2 tasks
+                 x 4 rollouts x 10 turns: 96 padded rows of 576-704 tokens) ~4 s of rollouts + 20-25 s of
+                 updates, so ~17 min a seed: 3 seeds take ~50 min on this loaded machine (target: 30).
+                 That was a 64-wide decoder, one SFT per seed, power-of-two row padding and recomputed
+                 log pi_old; the default now has a 128-wide decoder, one shared SFT (`sft.shared`), 64-token
+                 length buckets and the sampler's log-probs (`rl.old_logprobs`), and was not re-timed.
+  SFT detours    `sft.harmless_actions` = ('look', 'inventory') (always admissible, never change the
+                 state); `sft.move_detours` False (ALFWorld has no reversible 'move <dir>').
+A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR, and the published turn limit
+--config.env.max_turns=50 --config.env.kwargs.max_steps=50.
+"""
+
+import ml_collections
+
+from configs import planpo_base
+
+VARIANTS = ("", "ablation", "smoke")
+GAMES = ("pick_and_place_simple", "look_at_obj_in_light")
+HEADER = "You are an expert agent operating in a household (the ALFRED Embodied Environment)."
+FORMAT_TEXT = "Think inside <think> </think>, then give one admissible action inside <action> </action>."
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  parts = [p for p in (arg or "").split(",") if p]
+  if any(p not in VARIANTS for p in parts):
+    raise ValueError(f"unknown config variant {arg!r}; valid: '', 'ablation', 'smoke' (comma-separated)")
+  c = planpo_base.base_config()
+  max_turns = 10
+  c.env.factory = "common.envs.household.env:make_household_env"
+  c.env.kwargs = dict(games_dir="", cache_dir="", seed=0, max_steps=max_turns, expert_max_steps=150)
+  c.env.games = GAMES
+  c.env.train_split = "train"
+  c.env.eval_splits = {"seen": "valid_seen", "unseen": "valid_unseen"}
+  c.env.train_tasks = 12            # per task type: 24 training games
+  c.env.eval_tasks = 4              # per task type and split: 8 seen + 8 unseen games
+  c.env.max_turns = max_turns
+  c.env.workers = 8
+  c.env.sandboxed = False
+  c.env.ro_paths = ()
+  c.rollout.max_response_tokens = 40
+  c.rollout.max_context_tokens = 2048
+  c.rollout.max_observation_chars = 400
+  c.rollout.window.history_length = 0
+  c.rollout.window.max_admissible_actions = 50
+  c.rollout.window.header = HEADER
+  c.rollout.window.format_text = FORMAT_TEXT
+  c.policy.tiny_vocab = 2000
+  c.policy.sizes = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)
+  c.sft.shared = True   # one SFT policy for every seed's RL (planpo/train.py)
+  c.rl.old_logprobs = "sampler"
+  c.sft.epochs, c.sft.batch_size, c.sft.lr = 16, 32, 3e-3
+  c.sft.max_detours = 2
+  c.sft.think_max_sentences = 2
+  c.sft.harmless_actions = ("look", "inventory")
+  c.sft.move_detours = False
+  c.rl.steps = 8
+  c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 4
+  if "smoke" in parts:
+    c.seeds = (0,)
+    c.env.train_tasks, c.env.eval_tasks, c.env.workers = 2, 1, 4
+    c.env.max_turns = c.env.kwargs.max_steps = 8
+    c.rollout.max_response_tokens = 24
+    c.rollout.max_observation_chars = 200
+    c.rollout.window.max_admissible_actions = 20
+    c.policy.tiny_vocab = 600
+    c.policy.sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    c.sft.epochs, c.sft.batch_size, c.sft.lr = 2, 16, 1e-2
+    c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 2
+    c.checkpoint.every = 1
+    c.logging.tensorboard = False
+  if "ablation" in parts:
+    c = planpo_base.ablation(c)
+  return c

@@ -5,7 +5,7 @@ Not a config itself (no `get_config`). Keys:
   seeds             paired seeds: every run of seed s starts from the same SFT policy and evaluates the same tasks.
   runs              the table's rows, in order: 'random' (uniform admissible action, no training), 'sft', or a
                     name of `variants`.
-  variants          run name -> {'method': 'grpo'|'gigpo'|'planpo', and overrides of `planpo.*` / `gigpo.*`}.
+  variants          run name -> {'method': 'grpo'|'gigpo'|'planpo', and overrides of `planpo.*` / `gigpo.*` / `rl.*`}.
   reference         the run every paired difference is taken against (the paper compares with GRPO).
   table             'main' or 'ablation': names the outputs results_<table>.{json,txt}, curves_<table>.png.
   env.factory       'module:Class' of the ToolEnv (served from sandboxed processes with env.sandboxed).

@@ -5,8 +5,9 @@ r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per tabl
   python -m experiments.train --config=configs/planpo_twx.py:smoke --workdir=/tmp/planpo_smoke    # seconds
 
 Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
-(sft / grpo / planpo and the four published PlanPO ablations) and 'smoke' (seconds; the tests); 'smoke' and
-'ablation' combine as 'ablation,smoke'. A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
+(sft / planpo and the four published PlanPO ablations; differences against planpo) and 'smoke' (seconds; the
+tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. Run the ablation in the main table's workdir to
+reuse its SFT and PlanPO runs. A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
 (then restore the published prompt: --config.rollout.window.format_text, history 2).
 
 CPU choices (each stated so it can be undone; measured on the 2-core machine):
@@ -19,7 +20,7 @@ CPU choices (each stated so it can be undone; measured on the 2-core machine):
   turns     `env.max_turns` 10 (the expert needs 2-7 actions here); replies up to 48 tokens (the SFT replies'
             reasoning has 0-3 filler sentences, `sft.think_max_sentences`, so the longest fit).
   SFT       one SFT policy for every seed (`sft.shared`), 12 epochs.
-  RL        10 steps of 2 tasks x 8 rollouts at lr 2e-4 per run; log pi_old from the sampler
+  RL        12 steps of 2 tasks x 8 rollouts at lr 1e-4 per run; log pi_old from the sampler
             (`rl.old_logprobs` 'sampler', one forward pass less per step).
   eval      32 held-out games, one rollout each, sampled at `rl.eval_temperature` 1.0 (the policy as trained;
             greedy decoding would hide the wasteful detours the SFT data teaches).
@@ -54,7 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sft.epochs, c.sft.shared, c.sft.think_max_sentences = 12, True, 3
   c.sft.move_detours = True
   c.sft.harmless_actions = ("look around", "inventory")
-  c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.lr = 10, 2, 8, 2e-4
+  c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.lr = 12, 2, 8, 1e-4
   c.rl.old_logprobs = "sampler"
   if "ablation" in parts:
     planpo_base.ablation(c)

@@ -12,8 +12,8 @@ shapes `policy.sizes`; or a local checkpoint, `policy.lm_checkpoint`) is trained
 with detours (planpo/data.py). Then every run of `runs`:
   random  no training: a uniformly random admissible action each turn (RandomAdmissible);
   sft     the SFT policy itself;
-  <name>  an RL run of `variants[name]` ('method' grpo | gigpo | planpo, plus overrides of planpo.* / gigpo.*;
-          the ablations of configs/planpo_base.py), `rl.steps` steps from the SFT parameters:
+  <name>  an RL run of `variants[name]` ('method' grpo | gigpo | planpo, plus overrides of planpo.* / gigpo.* /
+          rl.*; the ablations of configs/planpo_base.py), `rl.steps` steps from the SFT parameters:
           `rl.tasks_per_step` training tasks x G = `rl.rollouts_per_task` rollouts through the common driver in
           window mode (planpo/rollouts.py), one training row per turn, and the advantages
             grpo    common.gigpo.episode_advantages of R over the task's rollouts, broadcast to its turn rows;
@@ -95,7 +95,20 @@ def check_config(config) -> None:
                      f"({sorted(config.variants)})")
   for r in config.runs:
     if r not in ("random", "sft"):
-      run_config(config, r)
+      _, rc = run_config(config, r)
+      try:
+        schedule.check_alpha(rc.planpo.alpha_init, rc.planpo.alpha_final, _decay_steps(rc))
+      except ValueError as e:
+        raise ValueError(f"run {r!r} (config `variants.{r}` applied): {e}") from None
+  if config.reference and config.reference not in config.runs:
+    raise ValueError(f"config `reference` {config.reference!r} is not one of `runs` {list(config.runs)}; name a run "
+                     "to take the paired differences against, or '' for none")
+  st = config.stats
+  if str(st.method).lower() not in ("bca", "basic", "percentile"):
+    raise ValueError(f"config `stats.method` must be 'BCa', 'basic' or 'percentile', got {st.method!r}")
+  if not 0.0 < float(st.confidence) < 1.0 or int(st.resamples) < 1:
+    raise ValueError(f"config `stats.confidence` must be in (0, 1) and `stats.resamples` >= 1, got "
+                     f"{st.confidence!r} and {st.resamples!r}")
   if len(set(config.runs)) != len(config.runs):
     raise ValueError(f"config `runs` repeats a run: {list(config.runs)}")
   if not dict(config.env.eval_splits):
@@ -372,11 +385,17 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
         logp_old = score_rows(state.params, tok, attn, model=policy.model, temperature=temp, chunk=micro)
       logp_ref = score_rows(ref_params, tok, attn, model=policy.model, temperature=temp, chunk=micro)
       rows = tok.shape[0]
-      mb = max(1, rows // int(rl.minibatches))
-      perm = np.random.default_rng([seed, 19, step]).permutation(rows)
+      has = np.asarray(mask).any(axis=1)
+      used = np.flatnonzero(has)                    # rows holding policy tokens: each in exactly one minibatch
+      empty = np.flatnonzero(~has)                  # a row without policy tokens pads a minibatch to micro-batches
+      perm = np.random.default_rng([seed, 19, step]).permutation(used)
       ms = []
-      for i in range(0, rows - mb + 1, mb):
-        sel = jnp.asarray(perm[i:i + mb])
+      for part in np.array_split(perm, max(1, min(int(rl.minibatches), used.size))):
+        if part.size == 0:
+          continue
+        if empty.size and part.size % micro:
+          part = np.concatenate([part, np.full(micro - part.size % micro, empty[0])])
+        sel = jnp.asarray(part)
         state, m = rl_update(state, tok[sel], attn[sel], mask[sel], logp_old[sel], logp_ref[sel],
                              a_rows[sel], model=policy.model, lr=float(rl.lr),
                              grad_clip=float(config.optim.grad_clip), temperature=temp, loss_kw=_loss_kw(config),
@@ -388,7 +407,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
       row = {f"rollout/{k}": v for k, v in rollouts.episode_metrics(trajs).items()}
       row.update({f"{method}/{k}": float(np.mean(np.abs(np.asarray(v)[valid]))) if np.ndim(v) else float(v)
                   for k, v in adv.items()})
-      row.update({f"loss/{k}": float(np.mean([m[k] for m in ms])) for k in ms[0]})
+      row.update({f"loss/{k}": float(np.mean([m[k] for m in ms])) for k in (ms[0] if ms else {})})
       row.update({"time/rollout_s": t1 - t0, "time/update_s": t2 - t1, "batch/rows": rows,
                   "batch/length": int(tok.shape[1])})
       writer.write(step + 1, row)
@@ -491,10 +510,34 @@ def _seed_means(results, run, label, metric) -> list[float]:
   return [float(np.mean([e[metric] for e in results[run][s][label]["episodes"]])) for s in sorted(results[run])]
 
 
+def paired(config, results: dict, run: str, ref: str, label: str, metric: str) -> stats.PairedDifference:
+  """run - ref on split `label`: the mean over held-out tasks of each task's mean difference (over seeds and
+  rollouts), with common.stats.paired_difference's bootstrap interval over tasks (`stats.*`). A task is one
+  resampling unit: its rollouts under every seed move together. The interval covers the choice of held-out
+  tasks for these trained policies, not the variance of training under other seeds (3 seeds are too few to
+  resample; the per-seed means are in the JSON).
+
+  Raises:
+    ValueError: the two runs did not evaluate the same (seed, task, rollout) units in the same order.
+  """
+  per_task: dict[str, list[float]] = {}
+  for s in sorted(results[ref]):
+    a, b = results[run][s][label]["episodes"], results[ref][s][label]["episodes"]
+    ka, kb = [(e["task_id"], e["sample"]) for e in a], [(e["task_id"], e["sample"]) for e in b]
+    if ka != kb:
+      raise ValueError(f"runs {run!r} and {ref!r} evaluated different rollouts on split {label!r}, seed {s} "
+                       f"(eval.json of an older config?); delete the stale eval.json and rerun")
+    for ea, eb in zip(a, b):
+      per_task.setdefault(ea["task_id"], []).append(float(ea[metric]) - float(eb[metric]))
+  d = np.asarray([np.mean(v) for v in per_task.values()])
+  st = config.stats
+  return stats.paired_difference(d, np.zeros_like(d), confidence=float(st.confidence), resamples=int(st.resamples),
+                                 method=str(st.method))
+
+
 def report(config, results: dict, types: dict[str, str]) -> str:
   """The printed tables: per split, the runs' metrics (mean +- std over seeds), the paired differences
-  against `reference` (common.stats.paired_difference over (seed, task, sample) units: `stats.*`), and
-  success / turns per task type.
+  against `reference` (`paired`: tasks are the resampling units, `stats.*`), and success / turns per task type.
 
   results: {run: {seed: eval.json dict}}.
   """
@@ -519,7 +562,8 @@ def report(config, results: dict, types: dict[str, str]) -> str:
     if ref is not None:
       st = config.stats
       out.append(f"\npaired difference, run - {ref} (mean [{int(st.confidence * 100)}% {st.method} bootstrap "
-                 f"interval] over (seed, task, rollout) pairs; per-seed means in the JSON)")
+                 f"interval over held-out tasks, each task's rollouts under every seed paired and kept together; "
+                 f"training-seed variance is not in it: per-seed means in the JSON)")
       head = f"{'run':<22}" + "".join(f"{'d ' + m:>28}" for m in METRICS)
       out += [head, "-" * len(head)]
       for run in runs:
@@ -527,10 +571,10 @@ def report(config, results: dict, types: dict[str, str]) -> str:
           continue
         cells = []
         for m in METRICS:
-          x = [e[m] for s in seeds for e in results[run][s][label]["episodes"]]
-          y = [e[m] for s in seeds for e in results[ref][s][label]["episodes"]]
-          d = stats.paired_difference(x, y, confidence=float(st.confidence), resamples=int(st.resamples),
-                                      method=str(st.method))
+          if run == "random" and m == "response_tokens":   # a fixed scripted reply: not comparable
+            cells.append("n/a")
+            continue
+          d = paired(config, results, run, ref, label, m)
           cells.append(f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
         out.append(f"{run:<22}" + "".join(f"{c:>28}" for c in cells))
     kinds = sorted({types.get(e["task_id"], "?") for e in eps0})
@@ -549,7 +593,7 @@ def report(config, results: dict, types: dict[str, str]) -> str:
 
 def differences(config, results: dict) -> dict:
   """{split: {run: {metric: {'mean', 'low', 'high', 'n', 'per_seed'}}}} against `reference` (report())."""
-  ref = config.reference
+  ref = config.reference or None
   if ref not in results:
     return {}
   seeds = sorted(results[ref])
@@ -559,10 +603,7 @@ def differences(config, results: dict) -> dict:
       if run == ref:
         continue
       for m in METRICS:
-        x = [e[m] for s in seeds for e in results[run][s][label]["episodes"]]
-        y = [e[m] for s in seeds for e in results[ref][s][label]["episodes"]]
-        d = stats.paired_difference(x, y, confidence=float(config.stats.confidence),
-                                    resamples=int(config.stats.resamples), method=str(config.stats.method))
+        d = paired(config, results, run, ref, label, m)
         per_seed = [a - b for a, b in zip(_seed_means(results, run, label, m), _seed_means(results, ref, label, m))]
         out.setdefault(label, {}).setdefault(run, {})[m] = dict(d._asdict(), per_seed=per_seed)
   return out

@@ -239,3 +239,28 @@ class GoldEpisodesTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+class WorkdirSharingTest(absltest.TestCase):
+  """The ablation table may run in the main table's workdir (runs are folders); a training key may not change."""
+
+  def test_report_keys_may_differ(self):
+    from experiments import train as launcher
+    d = tempfile.mkdtemp(prefix="planpo_wd_")
+    self.addCleanup(shutil.rmtree, d, True)
+    launcher._check_same_config(d, planpo_twx.get_config("smoke"))
+    launcher._check_same_config(d, planpo_twx.get_config("ablation,smoke"))   # runs, table, reference differ
+    changed = planpo_twx.get_config("smoke")
+    changed.rl.lr = 0.5
+    with self.assertRaisesRegex(ValueError, "rl.lr"):
+      launcher._check_same_config(d, changed)
+
+  def test_reference_must_be_a_run(self):
+    config = planpo_twx.get_config("smoke")
+    config.reference = "nope"
+    with self.assertRaisesRegex(ValueError, "reference"):
+      train.check_config(config)
+    config = planpo_twx.get_config("ablation,smoke")
+    config.variants.planpo_constant_alpha.planpo.alpha_final = 0.5
+    with self.assertRaisesRegex(ValueError, "variants.planpo_constant_alpha"):
+      train.check_config(config)

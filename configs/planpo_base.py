@@ -17,7 +17,7 @@ Not a config itself (no `get_config`). Keys:
   sft.shared        every seed's RL starts from one SFT policy (trained once, first seed) instead of its own.
   sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
                     and the move back (TextWorldExpress 'move <dir>' only).
-  planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps.
+  planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
   stats.*           paired bootstrap of the differences against `reference` (scipy.stats.bootstrap, BCa).
 The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` / `gigpo.*`.
 """
@@ -39,7 +39,7 @@ def variants() -> dict:
       "planpo_no_ae": {"method": "planpo", "planpo": {"use_episode": False}},     # A = alpha(k) A_S
       "planpo_no_as": {"method": "planpo", "planpo": {"alpha_init": 0.0, "alpha_final": 0.0}},   # A = A_E
       "planpo_unconditional": {"method": "planpo", "planpo": {"conditional": False}},
-      "planpo_constant_alpha": {"method": "planpo", "planpo": {"alpha_final": 0.1}},   # alpha = alpha_init
+      "planpo_constant_alpha": {"method": "planpo", "planpo": {"alpha_constant": True}},   # alpha = alpha_init
   }
 
 
@@ -67,7 +67,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, lr=1e-4, temperature=1.0, eval_temperature=1.0,
               eval_samples=1, minibatches=2, micro_rows=32, old_logprobs="recompute", reward_scale=10.0)
   c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
-                  use_episode=True, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0, ratio="token",
+                  use_episode=True, alpha_constant=False, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0,
+                  ratio="token",
                   clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode="token_mean")
   c.gigpo = dict(gamma=0.95, step_weight=1.0, norm="std", stats_over="turns", eps=1e-6, ddof=1)
   c.stats = dict(resamples=10000, confidence=0.95, method="BCa")

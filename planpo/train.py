@@ -269,8 +269,11 @@ def compute_advantages(method: str, b: dict, *, config, num_groups: int, num_rol
                                  ddof=c.ddof)
     return out._asdict()
   p = config.planpo
-  alpha = schedule.alpha_schedule(step, alpha_init=p.alpha_init, alpha_final=p.alpha_final,
-                                  decay_steps=_decay_steps(config))
+  if p.get("alpha_constant", False):   # the ablation "constant alpha": alpha(k) = alpha_init
+    alpha = jnp.float32(p.alpha_init)
+  else:
+    alpha = schedule.alpha_schedule(step, alpha_init=p.alpha_init, alpha_final=p.alpha_final,
+                                    decay_steps=_decay_steps(config))
   out = adv_lib.planpo_advantages(rew, jnp.asarray(b["success"]), jnp.asarray(b["policy_tokens"]), g, r, t,
                                   num_groups=num_groups, num_rollouts=num_rollouts, max_turns=max_turns,
                                   alpha=alpha, mask=mask, step_grouping=p.step_grouping, stats_over=p.stats_over,

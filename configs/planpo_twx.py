@@ -6,8 +6,8 @@ r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per tabl
 
 Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
 (sft / planpo and the four published PlanPO ablations; differences against planpo) and 'smoke' (seconds; the
-tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. Run the ablation in the main table's workdir to
-reuse its SFT and PlanPO runs. A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
+tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. Run the ablation in its own workdir (sharing the
+main one is currently broken: README, PlanPO). A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
 (then restore the published prompt: --config.rollout.window.format_text, history 2).
 
 CPU choices (each stated so it can be undone; measured on the 2-core machine):

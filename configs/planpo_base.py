@@ -59,13 +59,13 @@ def base_config() -> ml_collections.ConfigDict:
                    window=dict(w._asdict()))
   c.policy = dict(lm_checkpoint="tiny:qwen2", cache_dir="", tiny_vocab=2000, dtype="float32",
                   param_dtype="float32",
-                  sizes=dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128))
+                  sizes=dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256))
   c.optim = dict(grad_clip=1.0)
   c.sft = dict(epochs=8, batch_size=32, lr=3e-3, detour_prob=0.35, max_detours=3, think_min_sentences=0,
                think_max_sentences=4, harmless_actions=("look around", "inventory"), move_detours=False,
-               shared=False)
+               shared=True)
   c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, lr=1e-4, temperature=1.0, eval_temperature=1.0,
-              eval_samples=1, minibatches=2, micro_rows=32, old_logprobs="recompute", reward_scale=10.0)
+              eval_samples=1, minibatches=2, micro_rows=32, old_logprobs="sampler", reward_scale=10.0)
   c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
                   use_episode=True, alpha_constant=False, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0,
                   ratio="token",

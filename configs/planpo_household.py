@@ -88,10 +88,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.window.max_admissible_actions = 50
   c.rollout.window.header = HEADER
   c.rollout.window.format_text = FORMAT_TEXT
-  c.policy.tiny_vocab = 2000
-  c.policy.sizes = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)
-  c.sft.shared = True   # one SFT policy for every seed's RL (planpo/train.py)
-  c.rl.old_logprobs = "sampler"
   c.sft.epochs, c.sft.batch_size, c.sft.lr = 16, 32, 3e-3
   c.sft.max_detours = 2
   c.sft.think_max_sentences = 2

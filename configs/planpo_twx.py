@@ -51,12 +51,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.window.history_length = 0
   c.rollout.window.format_text = SHORT_FORMAT
   c.rollout.window.header = "You are an agent in a text game."
-  c.policy.sizes = dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256)
-  c.sft.epochs, c.sft.shared, c.sft.think_max_sentences = 12, True, 3
+  c.sft.epochs, c.sft.think_max_sentences = 12, 3
   c.sft.move_detours = True
   c.sft.harmless_actions = ("look around", "inventory")
   c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.lr = 12, 2, 8, 1e-4
-  c.rl.old_logprobs = "sampler"
   if "ablation" in parts:
     planpo_base.ablation(c)
   if "smoke" in parts:

@@ -1,13 +1,13 @@
 r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per table.
 
   python -m experiments.train --config=configs/planpo_twx.py --workdir=runs/planpo_twx            # main table
-  python -m experiments.train --config=configs/planpo_twx.py:ablation --workdir=runs/planpo_twx_ablation
+  python -m experiments.train --config=configs/planpo_twx.py:ablation --workdir=runs/planpo_twx   # reuses sft, planpo
   python -m experiments.train --config=configs/planpo_twx.py:smoke --workdir=/tmp/planpo_smoke    # seconds
 
 Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
 (sft / planpo and the four published PlanPO ablations; differences against planpo) and 'smoke' (seconds; the
-tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. Run the ablation in its own workdir (sharing the
-main one is currently broken: README, PlanPO). A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
+tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. The ablation may share the main table's workdir
+(it then trains only the four ablations). A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
 (then restore the published prompt: --config.rollout.window.format_text, history 2).
 
 CPU choices (each stated so it can be undone; measured on the 2-core machine):

@@ -36,7 +36,8 @@ rollout's record, the paired differences against `reference` with bootstrap inte
 task types, SFT data stats, the config), results_<table>.txt (the printed tables) and curves_<table>.png
 (training success, turns, response tokens per run and seed).
 Running again resumes every stage from its latest checkpoint and skips finished ones; runs are folders named
-by run, so the ablation table run in the main table's workdir reuses its SFT and PlanPO runs.
+by run, so the ablation table run in the main table's workdir reuses its SFT and PlanPO runs; the tiny policy
+(tokenizer and initial weights) is kept in workdir/policy and reloaded from there (load_policy).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import functools
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Any, NamedTuple, Sequence
 
@@ -128,15 +130,31 @@ def _decay_steps(config) -> int:
   return int(config.planpo.alpha_decay_steps) or int(config.rl.steps)
 
 
-def load_policy(config, corpus: Sequence[str]) -> Policy:
+def load_policy(config, corpus: Sequence[str], workdir: str | None = None) -> Policy:
   """Resolves `policy.lm_checkpoint` ('tiny:<family>': tokenizer trained on `corpus`, vocabulary
-  `policy.tiny_vocab`, shapes `policy.sizes`, cache `policy.cache_dir`) and builds the ChatTemplate."""
+  `policy.tiny_vocab`, shapes `policy.sizes`, cache `policy.cache_dir`) and builds the ChatTemplate.
+
+  With `workdir`, a tiny checkpoint is copied to workdir/policy the first time and loaded from there on every
+  later run, so a resumed or shared workdir (the ablation beside the main table) always pairs its saved SFT
+  and RL checkpoints with the tokenizer and initial weights they were trained with, whatever the corpus
+  gives now. A local checkpoint folder is loaded in place.
+  """
   p = config.policy
   tiny = p.lm_checkpoint.startswith(lm_checkpoints.TINY_PREFIX)
-  path = lm_checkpoints.resolve_checkpoint(p.lm_checkpoint, corpus=list(corpus) if tiny else (),
-                                           cache_dir=p.cache_dir or None, vocab_size=p.tiny_vocab,
-                                           config_key="config.policy.lm_checkpoint",
-                                           sizes=dict(p.sizes) if tiny else None)
+  kept = os.path.join(workdir, "policy") if workdir and tiny else None
+  if kept and os.path.isfile(os.path.join(kept, "config.json")):
+    path = kept
+  else:
+    path = lm_checkpoints.resolve_checkpoint(p.lm_checkpoint, corpus=list(corpus) if tiny else (),
+                                             cache_dir=p.cache_dir or None, vocab_size=p.tiny_vocab,
+                                             config_key="config.policy.lm_checkpoint",
+                                             sizes=dict(p.sizes) if tiny else None)
+    if kept:
+      tmp = kept + ".tmp"
+      shutil.rmtree(tmp, ignore_errors=True)
+      shutil.copytree(path, tmp)
+      os.replace(tmp, kept)
+      path = kept
   cfg, params, tok = loading.load_pretrained(path, dtype=p.dtype, param_dtype=p.param_dtype)
   return Policy(cfg, params, chat_lib.ChatTemplate(tok), path)
 
@@ -651,7 +669,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
                  for label, split in dict(config.env.eval_splits).items()}
     types = rollouts.task_types(w0, sorted({t for v in eval_sets.values() for t in v}))
     corpus = data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
-    policy = load_policy(config, corpus)   # one tokenizer and initial model for every seed
+    policy = load_policy(config, corpus, workdir)   # one tokenizer and initial model for every seed and run
     shared = bool(config.sft.get("shared", False))
     shared_params = None
     for seed in config.seeds:

@@ -181,6 +181,18 @@ class SmokeTest(absltest.TestCase):
     self.assertIn("paired difference, run - grpo", text)
     self.assertIn("per task type", text)
 
+  def test_policy_is_kept_in_the_workdir(self):
+    # A rerun in this workdir reloads the tokenizer and initial weights its checkpoints were trained with,
+    # whatever corpus it is given now; without a workdir, another corpus gives another tokenizer.
+    d = os.path.join(self.root, "full")
+    other = ["zebra quokka xylophone " * 50]
+    kept = train.load_policy(self.config, other, d)
+    self.assertEqual(kept.checkpoint, os.path.join(d, "policy"))
+    fresh = train.load_policy(self.config, other)
+    self.assertNotEqual(fresh.checkpoint, kept.checkpoint)
+    text = "You are an agent in a text game. move north"
+    self.assertNotEqual(fresh.chat.encode(text), kept.chat.encode(text))
+
   def test_resume_gives_same_result(self):
     d = os.path.join(self.root, "stopped")
     self.assertIsNone(train.run(self.config, d, stop_after=3))   # stops inside gigpo (2 grpo steps + 1)

@@ -14,6 +14,7 @@ from absl.testing import absltest
 from common.env_client import EnvSpec
 from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
 from common import windowed as win_lib
+from common.envs import twx_env
 from common.trajectory import ByteTokenizer
 
 try:
@@ -101,6 +102,23 @@ class TwxInProcessTest(absltest.TestCase):
         self.assertEqual(r.info["reward"], 1.0)
         self.assertEqual(r.info["moves"], len(gold))
         self.assertEqual(r.info["task_id"], tid)
+
+  def test_gold_actions_are_deterministic_and_short(self):
+    # TWX draws a coin collector's gold walk at random; the env cancels its back-and-forth moves.
+    for tid in ("coin/3", "coin/8", "coin/18", "coin/20005"):
+      plans = {tuple(self.env.gold_actions(tid)) for _ in range(4)}
+      self.assertLen(plans, 1, tid)
+      plan = list(plans.pop())
+      self.assertEqual(twx_env.cancel_backtracks(plan), plan, tid)
+      self.assertEqual(plan[-1], "take coin", tid)
+
+  def test_cancel_backtracks(self):
+    self.assertEqual(twx_env.cancel_backtracks(
+        ["look around", "move west", "move north", "move south", "move east", "move east", "take coin"]),
+        ["look around", "move east", "take coin"])
+    self.assertEqual(twx_env.cancel_backtracks(["move north", "take key", "move south"]),
+                     ["move north", "take key", "move south"])
+    self.assertEqual(twx_env.cancel_backtracks([]), [])
 
   def test_invalid_actions_and_calls(self):
     self.env.reset("coin/3", 0)

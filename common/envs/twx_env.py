@@ -54,6 +54,23 @@ ALIASES = {"coin_collector": "coin", "coincollector": "coin", "map_reader": "map
            "cooking_world": "cookingworld", "cooking": "cookingworld"}
 
 
+_OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+
+
+def cancel_backtracks(actions: list[str]) -> list[str]:
+  """`actions` with every 'move D' directly followed by 'move <opposite D>' removed, repeatedly (a stack):
+  ['move west', 'move north', 'move south', 'move east', 'take coin'] -> ['take coin']."""
+  out: list[str] = []
+  for a in actions:
+    parts = a.split()
+    if (out and len(parts) == 2 and parts[0] == "move" and parts[1] in _OPPOSITE
+        and out[-1] == f"move {_OPPOSITE[parts[1]]}"):
+      out.pop()
+    else:
+      out.append(a)
+  return out
+
+
 def _json(text: str) -> dict:
   try:
     import orjson  # pylint: disable=g-import-not-at-top  (TWX's own faster parser, installed with it)
@@ -166,11 +183,32 @@ class TwxToolEnv:
     return out
 
   def gold_actions(self, task_id: str) -> list[str]:
-    """The simulator's gold action sequence (starts a fresh episode of the task; call reset after)."""
+    """The simulator's gold action sequence without its back-and-forth moves (ends the current episode;
+    call reset after).
+
+    TWX 1.1.0 draws a coin collector's gold path from an unseeded random walk with backtracking: two
+    calls on the same task return different sequences, some 3x longer than needed. Every 'move D'
+    directly followed by 'move <opposite of D>' is cancelled (repeatedly, as a stack), which leaves the
+    walk's simple path: one path per task on the tree-shaped maps of coin collector, so SFT data and
+    the tokenizer trained on it are the same in every process. The reduced plan is replayed in the
+    simulator and kept only if it wins; otherwise the raw sequence is returned.
+    """
     game, game_seed, fold = self._parse(task_id)
     self._start(game, game_seed, fold, gold=True)
+    raw = [str(a) for a in self._server.getGoldActionSequence()]
+    plan = cancel_backtracks(raw)
+    if plan != raw and not self._wins(game, game_seed, fold, plan):
+      plan = raw
     self._task_id = None
-    return [str(a) for a in self._server.getGoldActionSequence()]
+    return plan
+
+  def _wins(self, game: str, seed: int, fold: str, actions: list[str]) -> bool:
+    self._start(game, seed, fold, gold=False)
+    for a in actions:
+      r = _json(self._server.stepJSON(a))
+      if bool(r["tasksuccess"]) or float(r["score"]) >= 1.0:
+        return True
+    return False
 
   def admissible_actions(self) -> list[str]:
     return list(self._valid)

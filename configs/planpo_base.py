@@ -14,6 +14,9 @@ Not a config itself (no `get_config`). Keys:
   env.train_split   split of the training tasks; env.eval_splits {label: split} of the held-out tables.
   env.train_tasks / env.eval_tasks   tasks per game/type (the env's `limit`).
   env.max_turns     turn limit (published: 50 household, 20 ScienceWorld).
+  env.prepare       '' or 'module:callable' run in this (trusted) process before sandboxed workers start:
+                    prepare(kwargs, requests) -> (kwargs, ro_paths) (planpo.rollouts.make_pool), e.g. the
+                    household games generated once into a cache the sandboxes mount read-only.
   sft.shared        every seed's RL starts from one SFT policy (trained once, first seed) instead of its own.
   sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
                     and the move back (TextWorldExpress 'move <dir>' only).
@@ -53,7 +56,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.reference = "grpo"
   c.table = "main"
   c.env = dict(factory="", kwargs={}, games=None, train_split="train", eval_splits={"test": "test"},
-               train_tasks=64, eval_tasks=32, max_turns=12, workers=8, sandboxed=True, ro_paths=())
+               train_tasks=64, eval_tasks=32, max_turns=12, workers=8, sandboxed=True, ro_paths=(), prepare="")
   w = win_lib.WindowConfig()
   c.rollout = dict(mode="window", max_response_tokens=96, max_context_tokens=4096, max_observation_chars=1200,
                    window=dict(w._asdict()))

@@ -8,9 +8,9 @@ Variants (comma-separated, e.g. 'smoke,ablation'): '' (CPU default: the main row
 (configs.planpo_base.ablation: the PlanPO ablation rows), 'smoke' (seconds; the tests). Everything not set
 here is configs/planpo_base.py's.
 
-Environment: HouseholdToolEnv, in-process workers (config `env.sandboxed` False: the engine is pure Python
-and the workers then share the translation memo and the game cache of common/envs/household/env.py; a
-sandboxed worker generates its own games unless `env.kwargs.cache_dir` is mounted with `env.ro_paths`).
+Environment: HouseholdToolEnv, each worker in a sandboxed process (`env.sandboxed`; in this process for
+'smoke'). Before the workers start, `env.prepare` (common.envs.household.env:prepare_host) generates every
+training and held-out game in this process and the sandboxes mount the game cache read-only.
 Games are generated offline from the ALFRED floor plans and solved by ALFWorld's hand-coded expert once,
 into `env.kwargs.cache_dir` ('' = $AGENTIC_RL_CACHE/household_games/v1, else
 ~/.cache/agentic-rl-jax/household_games/v1; never the read-only shared data folder), so a second run reuses
@@ -24,14 +24,15 @@ CPU choices (measured on the 2-core machine while other jobs ran, load average 5
                    pick_and_place_simple  6 6 6 7 8 10 10 12 13 14 20 26
                    look_at_obj_in_light   4 4 5 6 7 9 13 27 28 29 51 53
                  (heat / cool / clean: 8-15; pick_two_obj_and_place often ~100.)
-  games          generated once into the cache: 24 training games in 83 s, 24 held-out games in 57 s
-                 (~1-9 s a game: the expert's solve); a second run reads them (< 1 ms a game).
+  games          generated once into the cache (~1-9 s a game: the expert's solve; 192 training + 16
+                 held-out games ~2-4 min); a second run reads them (< 1 ms a game).
   env cost       a step ~20 ms with the engine's text caches (53 ms without), a reset of a loaded game
                  0.03-0.1 s, the first load of a game 0.15-0.3 s (common/envs/household/engine.py).
   turn limit     `env.max_turns` = 10 (published: 50). An episode that is not won runs to the limit and
-                 every turn is a training row, so the limit sets the RL update cost; 10 keeps 10 of the 24
-                 expert plans (with up to `sft.max_detours` = 2 detours) in the SFT data: the others are
-                 dropped from it and stay hard RL tasks. `env.kwargs.max_steps` = the same limit.
+                 every turn is a training row, so the limit sets the RL update cost. Of the 192 training games'
+                 expert plans 80 have <= 8 actions and 98 <= 10: with up to `sft.max_detours` = 2 detours
+                 about 80 fit as SFT episodes; the others are dropped from the SFT data and stay RL tasks.
+                 `env.kwargs.max_steps` = the same limit.
   prompts        no history (`rollout.window.history_length` = 0; verl-agent: 2): with one pair, the
                  history and the invalid replies it quotes made RL rows of up to 960 tokens (the update
                  cost grows with rows x length);
@@ -41,13 +42,16 @@ CPU choices (measured on the 2-core machine while other jobs ran, load average 5
                  a one-line format instruction (`rollout.window.format_text`). Gold-replay prompts: 238
                  tokens on average, at most 419 (vocabulary `policy.tiny_vocab` = 2000; 287 / 489 with one
                  history pair).
-  run time       one seed of the default (planpo/train.py of 05:47 UTC, load 5-7): tokenizer corpus + SFT
-                 (10 episodes, 48 steps) ~3 min; an evaluation (16 episodes) 20-40 s; an RL step (2 tasks
-                 x 4 rollouts x 10 turns: 96 padded rows of 576-704 tokens) ~4 s of rollouts + 20-25 s of
-                 updates, so ~17 min a seed: 3 seeds take ~50 min on this loaded machine (target: 30).
-                 That was a 64-wide decoder, one SFT per seed, power-of-two row padding and recomputed
-                 log pi_old; the default now has a 128-wide decoder, one shared SFT (`sft.shared`), 64-token
-                 length buckets and the sampler's log-probs (`rl.old_logprobs`), and was not re-timed.
+  run time       measured 2026-12-01 ~08:25-08:45 UTC beside another training job (load 2-4), one seed,
+                 192 training games: generating and expert-solving the games once ~2 min (cached afterwards);
+                 the SFT episodes (two gold replays of every training game through the sandboxed workers)
+                 ~6 min; SFT ~20 steps per epoch; an RL step of 2 tasks x 4 rollouts x 10 turns (96 rows of
+                 384-512 tokens) 3-8 s of rollouts + 5-20 s of update. The 3-seed default is timed in the
+                 closing note of issue 10.
+  learning       with 16 SFT epochs on those ~80 episodes the SFT policy won 0 of 16 held-out games (invalid
+                 actions 44-56%); the random admissible-action baseline also wins 0 within 10 turns. The
+                 2-layer, 128-wide policy trained from scratch does not learn these tasks at this size: the
+                 table then shows no method effect (issue 10's note).
   SFT detours    `sft.harmless_actions` = ('look', 'inventory') (always admissible, never change the
                  state); `sft.move_detours` False (ALFWorld has no reversible 'move <dir>').
 A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR, and the published turn limit
@@ -75,11 +79,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.env.games = GAMES
   c.env.train_split = "train"
   c.env.eval_splits = {"seen": "valid_seen", "unseen": "valid_unseen"}
-  c.env.train_tasks = 12            # per task type: 24 training games
+  c.env.train_tasks = 96            # per task type: 192 training games (~80 fit the turn limit as SFT episodes)
   c.env.eval_tasks = 4              # per task type and split: 8 seen + 8 unseen games
   c.env.max_turns = max_turns
   c.env.workers = 8
-  c.env.sandboxed = False
+  c.env.sandboxed = True
+  c.env.prepare = "common.envs.household.env:prepare_host"
   c.env.ro_paths = ()
   c.rollout.max_response_tokens = 40
   c.rollout.max_context_tokens = 2048
@@ -88,7 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.window.max_admissible_actions = 50
   c.rollout.window.header = HEADER
   c.rollout.window.format_text = FORMAT_TEXT
-  c.sft.epochs, c.sft.batch_size, c.sft.lr = 16, 32, 3e-3
+  c.sft.epochs, c.sft.batch_size, c.sft.lr = 8, 32, 3e-3
   c.sft.max_detours = 2
   c.sft.think_max_sentences = 2
   c.sft.harmless_actions = ("look", "inventory")
@@ -97,7 +102,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 4
   if "smoke" in parts:
     c.seeds = (0,)
-    c.env.train_tasks, c.env.eval_tasks, c.env.workers = 2, 1, 4
+    c.env.train_tasks, c.env.eval_tasks, c.env.workers, c.env.sandboxed = 2, 1, 4, False
     c.env.max_turns = c.env.kwargs.max_steps = 8
     c.rollout.max_response_tokens = 24
     c.rollout.max_observation_chars = 200

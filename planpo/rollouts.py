@@ -8,7 +8,10 @@ The environment is any ToolEnv (common/envs/base.py) named by `env.factory` ('mo
 arguments `env.kwargs`: TextWorldExpress (common.envs.twx_env), the offline household tasks
 (common.envs.household.env) or ScienceWorld (common.envs.scienceworld_env). Each worker runs in its own
 sandboxed process (common.env_client.EnvSpec, read-only extra paths `env.ro_paths`; `env.sandboxed` True)
-or in this process (`WorkerPool.local`, False: smoke runs). The trainer asks a worker these queries:
+or in this process (`WorkerPool.local`, False: smoke runs). Before sandboxed workers start, `env.prepare`
+('module:callable', optional) runs here: prepare(kwargs, task_requests(config)) -> (kwargs, read-only paths),
+e.g. common.envs.household.env.prepare_host, which generates the household games once into a cache the
+sandboxes then mount read-only. The trainer asks a worker these queries:
   task_ids(split, games, limit)   the first `limit` tasks per game / task type of `games` (None: the env's own
                                   default) in `split`;
   gold_actions(task_id)           the expert's action sequence (SFT data);
@@ -59,12 +62,15 @@ def env_kwargs(config) -> dict:
   return _plain(config.env.kwargs)
 
 
-def _factory(config, *, load: bool = True):
-  """The callable of `env.factory` (load False: only checks that its module exists)."""
-  spec = str(config.env.factory)
+def _callable(spec: str, key: str, *, load: bool = True):
+  """The callable named by config key `key` ('module:callable'; load False: only checks that its module exists).
+
+  Raises:
+    ValueError: naming `key`, when `spec` is not 'module:callable' or cannot be imported.
+  """
   mod, _, name = spec.partition(":")
   if not mod or not name:
-    raise ValueError(f"config `env.factory` must be 'module:callable' (e.g. 'common.envs.twx_env:TwxToolEnv'), "
+    raise ValueError(f"config `{key}` must be 'module:callable' (e.g. 'common.envs.twx_env:TwxToolEnv'), "
                      f"got {spec!r}")
   try:
     if not load:
@@ -73,7 +79,12 @@ def _factory(config, *, load: bool = True):
       return None
     return getattr(importlib.import_module(mod), name)
   except (ImportError, AttributeError) as e:
-    raise ValueError(f"config `env.factory` {spec!r} cannot be imported: {e}") from e
+    raise ValueError(f"config `{key}` {spec!r} cannot be imported: {e}") from e
+
+
+def _factory(config, *, load: bool = True):
+  """The callable of `env.factory` (load False: only checks that its module exists)."""
+  return _callable(str(config.env.factory), "env.factory", load=load)
 
 
 def make_pool(config, num_workers: int | None = None) -> env_pool.WorkerPool:
@@ -85,9 +96,21 @@ def make_pool(config, num_workers: int | None = None) -> env_pool.WorkerPool:
   n = int(num_workers or config.env.workers)
   factory = _factory(config, load=not config.env.sandboxed)
   if config.env.sandboxed:
-    return env_pool.WorkerPool(EnvSpec(str(config.env.factory), env_kwargs(config),
-                                       ro_paths=tuple(config.env.get("ro_paths", ()) or ())), n)
+    kwargs, ro_paths = env_kwargs(config), tuple(config.env.get("ro_paths", ()) or ())
+    prepare = str(config.env.get("prepare", "") or "")
+    if prepare:
+      kwargs, extra = _callable(prepare, "env.prepare")(kwargs, task_requests(config))
+      ro_paths += tuple(p for p in extra if p not in ro_paths)
+    return env_pool.WorkerPool(EnvSpec(str(config.env.factory), kwargs, ro_paths=ro_paths), n)
   return env_pool.WorkerPool.local(functools.partial(factory, **env_kwargs(config)), n)
+
+
+def task_requests(config) -> list[tuple[str, list[str] | None, int]]:
+  """(split, games, limit) of every task_ids query the trainer makes: the training split, then each held-out
+  split of `env.eval_splits` (what `env.prepare` readies before the sandboxed workers start)."""
+  games = list(config.env.games) if config.env.games else None
+  return ([(str(config.env.train_split), games, int(config.env.train_tasks))]
+          + [(str(s), games, int(config.env.eval_tasks)) for s in dict(config.env.eval_splits).values()])
 
 
 def task_ids(worker, config, split: str, count: int) -> list[str]:

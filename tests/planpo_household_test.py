@@ -284,3 +284,77 @@ class SmokeTest(absltest.TestCase):
 
 if __name__ == "__main__":
   absltest.main()
+
+
+@absltest.skipUnless(READY and shutil.which("bwrap"), "needs the household packages (setup.sh) and bubblewrap")
+class SandboxedTest(absltest.TestCase):
+  """The default config serves household workers from sandboxes reading a cache prepared by the trainer."""
+
+  def test_prepared_games_are_read_from_a_read_only_cache(self):
+    from common import env_pool
+    from common.envs.household.env import prepare_host
+    from planpo import rollouts
+    cache = tempfile.mkdtemp(prefix="household_sandbox_")
+    self.addCleanup(shutil.rmtree, cache, True)
+    c = planpo_household.get_config("")
+    self.assertTrue(c.env.sandboxed)
+    self.assertEqual(c.env.prepare, "common.envs.household.env:prepare_host")
+    c.env.kwargs.cache_dir, c.env.kwargs.max_steps = cache, 200
+    c.env.games, c.env.train_tasks, c.env.eval_tasks = ("pick_and_place_simple",), 1, 1
+    self.assertEqual(rollouts.task_requests(c), [("train", ["pick_and_place_simple"], 1),
+                                                 ("valid_seen", ["pick_and_place_simple"], 1),
+                                                 ("valid_unseen", ["pick_and_place_simple"], 1)])
+    kwargs, ro = prepare_host(rollouts.env_kwargs(c), rollouts.task_requests(c))
+    self.assertEqual(ro, (os.path.abspath(cache),))
+    self.assertEqual(kwargs["cache_dir"], os.path.abspath(cache))
+
+    def listing():
+      return sorted(os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs)
+
+    before = listing()
+    self.assertLen([f for f in before if f.endswith("game.tw-pddl")], 3)
+    pool = rollouts.make_pool(c, num_workers=1)   # prepare_host again: every game is already cached
+    try:
+      self.assertIsInstance(pool, env_pool.WorkerPool)
+      w = pool.workers[0]
+      for split in ("train", "valid_seen", "valid_unseen"):
+        tid = w.query("task_ids", split=split, games=["pick_and_place_simple"], limit=1)[0]
+        t0 = time.monotonic()
+        gold = w.query("gold_actions", task_id=tid)
+        self.assertLess(time.monotonic() - t0, 60)
+        w.reset(tid, 0)
+        for a in gold:
+          r = w.step(_act(a))
+        self.assertTrue(r.info["won"], tid)
+      # a game that was not prepared is generated inside the sandbox, into its private tmpfs, never the cache
+      w.query("gold_actions", task_id="train/6")
+    finally:
+      pool.close()
+    self.assertEqual(listing(), before)
+    with self.assertRaisesRegex(ValueError, "env.factory"):
+      bad = planpo_household.get_config("")
+      bad.env.factory = "nomodule"
+      rollouts.make_pool(bad)
+
+
+@absltest.skipUnless(READY, "needs alfworld, textworld, fast-downward-textworld, jericho (setup.sh)")
+class LibraryPoolTest(absltest.TestCase):
+
+  def test_games_reuse_one_fast_downward_library(self):
+    # PddlEnv loads its own 34 MB copy of libdownward.so and never unloads it; in a sandbox (tmpfs /tmp)
+    # the fifth game failed with ENOSPC. A closed game's library is reused by the next one.
+    cache = tempfile.mkdtemp(prefix="household_libs_")
+    self.addCleanup(shutil.rmtree, cache, True)
+    env = make_household_env(cache_dir=cache, max_steps=50)
+    self.addCleanup(env.close)
+
+    def copies():
+      with open("/proc/self/maps") as f:
+        return {line.split()[-1] for line in f if "libdownward" in line}
+
+    before = copies()
+    for tid in env.task_ids("train", games=list(TYPES), limit=3):
+      env.reset(tid, 0)
+      env.gold_actions(tid)   # generating a game runs the expert: a second game open at once
+    extra = copies() - before
+    self.assertLessEqual(len(extra), 2, extra)   # 6 games, 12 Game objects: at most 2 new copies

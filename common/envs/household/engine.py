@@ -135,13 +135,42 @@ def uninstall_caches() -> None:
 _ORIGINAL_QUERY: list = []
 
 
+_FREE_LIBS: list = []   # Fast Downward libraries of closed games, handed to the next PddlEnv (under ENGINE_LOCK)
+
+
+def _install_lib_pool() -> None:
+  """Makes fast_downward.load_lib reuse the libraries of closed games.
+
+  PddlEnv.__init__ calls fast_downward.load_lib(), which copies libdownward.so (34 MB) into a temporary
+  folder, loads the copy and deletes the file; nothing ever unloads it (PddlEnv.close does not). Every Game
+  thus kept another 34 MB mapped: in a sandbox, whose /tmp is a size-capped tmpfs, the fourth or fifth game
+  failed with 'No space left on device'. Game.close returns its library here, so a process holds at most
+  as many copies as it has games open at once (one per environment). A library is made for reuse across
+  games: PddlEnv.load + reset of another game on the same env loads the new problem into the same library.
+  """
+  import fast_downward
+  if getattr(fast_downward.load_lib, "_household_pooled", False):
+    return
+  original = fast_downward.load_lib
+
+  def load_lib():
+    with ENGINE_LOCK:
+      return _FREE_LIBS.pop() if _FREE_LIBS else original()
+
+  load_lib._household_pooled = True
+  load_lib.__wrapped__ = original
+  fast_downward.load_lib = load_lib
+
+
 def install_caches() -> None:
-  """The translation and text caches of the module docstring (done by every Game; idempotent)."""
+  """The translation and text caches of the module docstring and the library pool (done by every Game;
+  idempotent)."""
   from textworld.logic import Rule
   if not _ORIGINAL_QUERY:
     _ORIGINAL_QUERY.append(Rule.__dict__["parse_conjunctive_query"])
   _install_translation_cache()
   _install_text_caches()
+  _install_lib_pool()
 
 
 def _stack(expert: bool):
@@ -194,6 +223,12 @@ class Game:
         self._env.close()
       except Exception:
         pass
+      env = self._env
+      while env is not None and not hasattr(env, "downward_lib"):   # the wrappers down to the PddlEnv
+        env = env.__dict__.get("_wrapped_env")
+      if env is not None and env.downward_lib is not None:
+        _FREE_LIBS.append(env.downward_lib)   # _install_lib_pool
+        env.downward_lib = None
 
 
 def solve(game_file: str, *, max_steps: int = 150, seed: int = 0) -> list[str] | None:

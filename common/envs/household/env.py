@@ -338,8 +338,9 @@ class HouseholdToolEnv:
   def _generate(self, split: str, idx: int) -> str:
     room, task_type, game_seed = generate.task_plan(split, idx, seed=self.seed,
                                                     unseen_per_type=self.unseen_per_type, split_seed=self.split_seed)
+    hosts = generate.rooms_hosting(task_type)   # redraws move to the next room that can host the type
     rooms = [r for r in generate.split_rooms(split, unseen_per_type=self.unseen_per_type,
-                                             split_seed=self.split_seed)]
+                                             split_seed=self.split_seed) if r in hosts]
     for attempt in range(64):
       if attempt:   # redraw: next seed, and every 8 tries another room of the split
         room = rooms[(rooms.index(room) + (attempt % 8 == 0)) % len(rooms)]
@@ -408,6 +409,42 @@ class HouseholdToolEnv:
         self._official_types[path] = task_type
       self._official[split] = sorted(files)
     return self._official[split]
+
+
+def prepare_host(kwargs: dict, requests: Sequence[tuple[str, Sequence[str] | None, int | None]]
+                 ) -> tuple[dict, tuple[str, ...]]:
+  """Readies sandboxed household workers from the trainer's own (trusted) process.
+
+  Inside a sandbox $HOME is a private tmpfs and the host's cache is not mounted, so every worker would
+  generate and expert-solve its own copy of each game (~1-9 s a game). This generates every requested game
+  once, here, into the cache, and hands the workers that folder read-only (planpo.rollouts.make_pool calls it
+  as config `env.prepare` = 'common.envs.household.env:prepare_host').
+
+  Args:
+    kwargs: make_household_env keyword arguments (`env.kwargs`).
+    requests: (split, task types or None, per-type limit or None) of every task_ids query the trainer makes.
+  Returns:
+    (kwargs with `cache_dir` and `games_dir` as absolute paths, the folders to mount read-only: the cache and
+    the official games folder when one is used).
+  Raises:
+    ValueError: the cache folder cannot be written (the message names `env.kwargs.cache_dir`).
+  """
+  env = HouseholdToolEnv(**kwargs)
+  try:
+    for split, games, limit in requests:
+      for t in env.task_ids(split, games=games, limit=limit):
+        env.game_file(t)
+    if env._private_dir is not None:
+      raise ValueError(f"the household game cache {env.cache_dir} cannot be written; set "
+                       "--config.env.kwargs.cache_dir to a writable folder (or $AGENTIC_RL_CACHE)")
+  finally:
+    env.close()
+  out = dict(kwargs, cache_dir=os.path.abspath(env.cache_dir))
+  ro = [out["cache_dir"]]
+  if env.games_dir:
+    out["games_dir"] = os.path.abspath(env.games_dir)
+    ro.append(out["games_dir"])
+  return out, tuple(ro)
 
 
 def make_household_env(**kwargs) -> HouseholdToolEnv:

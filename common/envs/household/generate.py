@@ -266,6 +266,12 @@ def traj_data(task: dict[str, Any]) -> dict[str, Any]:
           "task_id": task["name"], "turk_annotations": {"anns": [{"task_desc": task["task_desc"]}]}}
 
 
+def rooms_hosting(task_type: str) -> set[int]:
+  """The floor plans whose room type ALFWorld allows for `task_type` (constants.GOALS_VALID)."""
+  constants, _, _ = _alfworld()
+  return {r for rooms in ROOM_TYPES.values() for r in rooms if room_type(r) in constants.GOALS_VALID[task_type]}
+
+
 def task_plan(split: str, index: int, *, seed: int = 0, unseen_per_type: int | None = None,
               split_seed: int = 0) -> tuple[int, str, int]:
   """(room, task type, game seed) of game `index` of a split: task types cycle, rooms are drawn by seed."""

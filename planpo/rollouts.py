@@ -63,10 +63,10 @@ def env_kwargs(config) -> dict:
 
 
 def _callable(spec: str, key: str, *, load: bool = True):
-  """The callable named by config key `key` ('module:callable'; load False: only checks that its module exists).
+  """The callable that spec ('module:callable') names; load False: only checks that its module exists.
 
   Raises:
-    ValueError: naming `key`, when `spec` is not 'module:callable' or cannot be imported.
+    ValueError: naming the config key (argument key) when spec is not 'module:callable' or cannot be imported.
   """
   mod, _, name = spec.partition(":")
   if not mod or not name:

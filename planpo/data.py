@@ -35,6 +35,7 @@ from common import chat as chat_lib
 from common import rollout as rollout_lib
 from common import trajectory as traj_lib
 from common import windowed as win_lib
+from common.envs.twx_env import OPPOSITE
 
 _log = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ FILLER = ("I look at what the room holds.", "The goal is not reached yet.", "Let
           "This step follows from the observation.", "I remember the rooms I have seen.",
           "It is worth being careful here.", "The next move should help.")
 NO_ACTION = "<think>The gold actions are done.</think>"
-_REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
 
 @dataclasses.dataclass
@@ -81,8 +81,8 @@ def _detour(admissible: Sequence[str], gold_next: str, rng, harmless: Sequence[s
   opts = [[a] for a in harmless if a in admissible and a != gold_next]
   for a in admissible if moves else ():
     parts = a.split()
-    if a != gold_next and len(parts) == 2 and parts[0] == "move" and parts[1] in _REVERSE:
-      opts.append([a, f"move {_REVERSE[parts[1]]}"])
+    if a != gold_next and len(parts) == 2 and parts[0] == "move" and parts[1] in OPPOSITE:
+      opts.append([a, f"move {OPPOSITE[parts[1]]}"])
   return list(opts[rng.integers(len(opts))]) if opts else []
 
 

@@ -54,7 +54,8 @@ ALIASES = {"coin_collector": "coin", "coincollector": "coin", "map_reader": "map
            "cooking_world": "cookingworld", "cooking": "cookingworld"}
 
 
-_OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
+OPPOSITE = {   # the move that undoes a move (cancel_backtracks; planpo.data move detours)
+  "north": "south", "south": "north", "east": "west", "west": "east"}
 
 
 def cancel_backtracks(actions: list[str]) -> list[str]:
@@ -63,8 +64,8 @@ def cancel_backtracks(actions: list[str]) -> list[str]:
   out: list[str] = []
   for a in actions:
     parts = a.split()
-    if (out and len(parts) == 2 and parts[0] == "move" and parts[1] in _OPPOSITE
-        and out[-1] == f"move {_OPPOSITE[parts[1]]}"):
+    if (out and len(parts) == 2 and parts[0] == "move" and parts[1] in OPPOSITE
+        and out[-1] == f"move {OPPOSITE[parts[1]]}"):
       out.pop()
     else:
       out.append(a)

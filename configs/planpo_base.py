@@ -7,7 +7,9 @@ Not a config itself (no `get_config`). Keys:
                     name of `variants`.
   variants          run name -> {'method': 'grpo'|'gigpo'|'planpo', and overrides of `planpo.*` / `gigpo.*` / `rl.*`}.
   reference         the run every paired difference is taken against (the paper compares with GRPO).
-  table             'main' or 'ablation': names the outputs results_<table>.{json,txt}, curves_<table>.png.
+  table             'main' or 'ablation': names the outputs results_<table>.{json,txt}, curves_<table>.png
+                    (with other rows than the table's planpo.tables.TABLE_RUNS: results_<table>_<run-run...>).
+                    `runs` may be given as --config.runs=grpo,planpo (split by planpo.train.check_config).
   env.factory       'module:Class' of the ToolEnv (served from sandboxed processes with env.sandboxed).
   env.kwargs        its constructor arguments.
   env.games         task families / types passed to the env's `task_ids` query (None: the env's default).
@@ -28,9 +30,10 @@ The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` /
 import ml_collections
 
 from common import windowed as win_lib
+from planpo import tables
 
-MAIN_RUNS = ("random", "sft", "grpo", "gigpo", "planpo")
-ABLATION_RUNS = ("sft", "planpo", "planpo_no_ae", "planpo_no_as", "planpo_unconditional", "planpo_constant_alpha")
+MAIN_RUNS = tables.MAIN_RUNS
+ABLATION_RUNS = tables.ABLATION_RUNS
 
 
 def variants() -> dict:

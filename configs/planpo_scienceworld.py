@@ -45,16 +45,17 @@ CPU choices (measured 2026-12-01 on the 2-core machine while two other training 
                  p90, 393 max (600 characters: 221 / 328 / 507); SFT replies ('I will ACTION.' + at most
                  `sft.think_max_sentences` = 1 filler) 23 tokens median, 49 max.
   sizes          `env.train_tasks` = 16 variations per task (64 training tasks), `env.eval_tasks` = 2 per task
-                 and split (8 dev + 8 test tasks), `rl.steps` = 8 of 2 tasks x 4 rollouts (published groups: 8),
+                 and split (8 dev + 8 test tasks), `rl.steps` = 6 of 2 tasks x 4 rollouts (published groups: 8),
                  `env.workers` = 8 = the rollouts of a step = the eval tasks of a split
                  (common.lm.sampler.LMSampler pads every call to all rows, so fewer workers than rows costs
-                 full-size calls per wave). The same sizes as configs/planpo_household.py.
-  cost           Measured on the quiet 2-core machine at 16 workers / 2 x 8 rollouts: 16 sandboxed workers
-                 start and the gold SFT episodes replay in ~1.7 min; SFT (8 epochs, 184 steps of 32 rows)
-                 ~4 min; the first RL step 8.5 s of rollouts + 27 s of update (mostly XLA compiles of new
-                 row / length shapes). That sizing came to ~45 min for 3 seeds, so the RL groups, steps and
-                 eval tasks were halved to the sizes above; the 3-seed default's wall time is in issue 10's
-                 closing note.
+                 full-size calls per wave).
+  cost           Measured on the 2-core machine: at 16 workers / 2 x 8 rollouts / 10 steps / 4 eval tasks the
+                 first RL step took 8.5 s of rollouts + 27 s of update and 3 seeds came to ~45 min. At 8
+                 workers / 2 x 4 / 8 steps (with a light job beside it): workers started and gold SFT
+                 episodes replayed + SFT (8 epochs of 32-row batches) 8.3 min, the random baseline's eval 49 s,
+                 the SFT policy's 24 s, an RL run ~2.9 min (steps 1-2 ~35 s: XLA compiles of new row /
+                 length shapes; later ~14 s: ~3 s of rollouts + ~11 s of update): ~33 min for 3 seeds, so
+                 `rl.steps` is 6. The 3-seed default's wall time is in issue 10's closing note.
 A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR (then restore the published window: history
 2 and common.windowed.FORMAT as `rollout.window.format_text`).
 """
@@ -105,7 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sft.think_max_sentences = 1
   c.sft.harmless_actions = ("look around", "inventory")
   c.sft.move_detours = False
-  c.rl.steps = 8
+  c.rl.steps = 6
   c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 4
   c.planpo.alpha_init, c.planpo.alpha_final, c.planpo.kl_coef = 0.05, 0.025, 1e-3
   if "smoke" in parts:

@@ -74,6 +74,7 @@ from planpo import data
 from planpo import objective
 from planpo import rollouts
 from planpo import schedule
+from planpo import tables
 
 _log = logging.getLogger(__name__)
 
@@ -90,7 +91,13 @@ class Policy(NamedTuple):
 
 
 def check_config(config) -> None:
-  """Raises ValueError naming the config key of a bad value."""
+  """Raises ValueError naming the config key of a bad value.
+
+  A comma-separated string in `runs` (the flag --config.runs=grpo,planpo) is split into run names, in place.
+  """
+  if isinstance(config.runs, str) or any("," in str(r) for r in config.runs):
+    runs = [config.runs] if isinstance(config.runs, str) else list(config.runs)
+    config.runs = tuple(x.strip() for r in runs for x in str(r).split(",") if x.strip())
   bad = [r for r in config.runs if r not in ("random", "sft") and r not in config.variants]
   if bad:
     raise ValueError(f"config `runs` holds unknown runs {bad}; valid: 'random', 'sft' and the keys of `variants` "
@@ -331,6 +338,10 @@ def _pad_rows(rows: Sequence[tuple[list[int], list[int]]], n: int, pad_id: int):
 def run_sft(config, policy: Policy, rows, d: str, seed: int) -> TrainState:
   """SFT for `sft.epochs` over the rows in batches of `sft.batch_size` (fresh order per epoch); resumes."""
   s = config.sft
+  if not rows:
+    raise ValueError("SFT has no data: no gold episode of the training tasks was won within `env.max_turns` "
+                     "(the replays' warnings name each dropped task), or `env.train_tasks` is 0, or the games "
+                     "folder holds no games; raise env.max_turns / env.train_tasks or check the games folder")
   state = init_state(policy.params, s.lr, config.optim.grad_clip)
   bs = min(int(s.batch_size), len(rows))
   per_epoch = -(-len(rows) // bs)
@@ -630,6 +641,18 @@ def differences(config, results: dict) -> dict:
   return out
 
 
+def table_tag(config) -> str:
+  """The outputs' name: `table` ('main' / 'ablation'), followed by the run names when `runs` is not that
+  table's default rows (planpo.tables.TABLE_RUNS), so a subset run (--config.runs=grpo,planpo) never
+  overwrites the full table's results_<table>.{txt,json} and curves_<table>.png: it writes
+  results_<table>_grpo-planpo.* instead."""
+  tag = str(config.get("table", "main"))
+  default = tables.TABLE_RUNS.get(tag)
+  if default is not None and tuple(config.runs) != tuple(default):
+    tag += "_" + "-".join(config.runs)
+  return tag
+
+
 def plot(workdir: str, config, tag: str = "main") -> str | None:
   """curves_<tag>.png: training success, turns and response tokens per RL run and seed (common.metric_writer)."""
   series = {}
@@ -668,25 +691,33 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     eval_sets = {str(label): rollouts.task_ids(w0, config, split, config.env.eval_tasks)
                  for label, split in dict(config.env.eval_splits).items()}
     types = rollouts.task_types(w0, sorted({t for v in eval_sets.values() for t in v}))
-    corpus = data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
+    # the tokenizer corpus is replayed only when no tiny policy is kept in the workdir yet (load_policy)
+    kept = os.path.isfile(os.path.join(workdir, "policy", "config.json"))
+    corpus = [] if kept else data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
     policy = load_policy(config, corpus, workdir)   # one tokenizer and initial model for every seed and run
     shared = bool(config.sft.get("shared", False))
     shared_params = None
+    replays: dict[int, list] = {}   # SFT seed -> gold episodes: replayed once, when a seed first needs them
+
+    def gold(sft_seed: int) -> list:
+      if sft_seed not in replays:
+        replays[sft_seed] = data.gold_episodes(pool, train_tasks, config=config, seed=sft_seed, chat=policy.chat)
+      return replays[sft_seed]
+
     for seed in config.seeds:
       seed = int(seed)
       sft_seed = int(config.seeds[0]) if shared else seed
-      episodes = data.gold_episodes(pool, train_tasks, config=config, seed=sft_seed, chat=policy.chat)
       sd = os.path.join(workdir, f"seed_{seed}")
       sft_dir = os.path.join(sd, "sft")
       sft_params = None
       if any(r != "random" and not os.path.exists(os.path.join(sd, r, "eval.json")) for r in config.runs):
         if shared:
           if shared_params is None:
-            shared_params = run_sft(config, policy, data.sft_rows(episodes), os.path.join(workdir, "sft_shared"),
-                                    sft_seed).params
+            shared_params = run_sft(config, policy, data.sft_rows(gold(sft_seed)),
+                                    os.path.join(workdir, "sft_shared"), sft_seed).params
           sft_params = shared_params
         else:
-          sft_params = run_sft(config, policy, data.sft_rows(episodes), sft_dir, seed).params
+          sft_params = run_sft(config, policy, data.sft_rows(gold(sft_seed)), sft_dir, seed).params
       for name in config.runs:
         rd = os.path.join(sd, name)
         if name == "random":
@@ -694,7 +725,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
           continue
         if name == "sft":
           results[name][seed] = evaluate(config, policy, sft_params, pool, eval_sets, sft_dir, seed)
-          sft_data[seed] = data.episode_stats(episodes)
+          stats_path = os.path.join(sft_dir, "sft_data.json")   # the SFT data's statistics, kept for reruns
+          if not os.path.exists(stats_path):
+            with open(stats_path + ".tmp", "w") as f:
+              json.dump(data.episode_stats(gold(sft_seed)), f)
+            os.replace(stats_path + ".tmp", stats_path)
+          with open(stats_path) as f:
+            sft_data[seed] = json.load(f)
           continue
         params = None
         if not os.path.exists(os.path.join(rd, "eval.json")):
@@ -706,7 +743,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   finally:
     pool.close()
   table = report(config, results, types)
-  tag = str(config.get("table", "main"))
+  tag = table_tag(config)
   with open(os.path.join(workdir, f"results_{tag}.json"), "w") as f:
     json.dump({"runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
                "task_types": types, "differences": differences(config, results), "sft_data": sft_data,

@@ -134,6 +134,8 @@ class HouseholdGamesTest(absltest.TestCase):
       for a in gold:
         r = env.step(_act(a))
       self.assertTrue(r.info["won"])
+      with self.assertRaisesRegex(FileNotFoundError, "no train/ folder.*games_dir.*alfworld-download"):
+        env.task_ids("train")   # the copy has no train/ split: the error names the key and the layout
       env.close()
     finally:
       shutil.rmtree(root)

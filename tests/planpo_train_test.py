@@ -8,11 +8,13 @@ import os
 import shutil
 import tempfile
 import time
+from unittest import mock
 
 import numpy as np
 from absl.testing import absltest
 
 from configs import planpo_twx
+from planpo import data
 from planpo import train
 
 try:
@@ -192,6 +194,30 @@ class SmokeTest(absltest.TestCase):
     self.assertNotEqual(fresh.checkpoint, kept.checkpoint)
     text = "You are an agent in a text game. move north"
     self.assertNotEqual(fresh.chat.encode(text), kept.chat.encode(text))
+
+  def test_subset_rerun_keeps_the_full_table_and_replays_nothing(self):
+    # A finished workdir rerun with two of its rows: nothing is trained or replayed (the kept policy, the
+    # saved evaluations), and the subset's table is written beside the full one, never over it.
+    d = os.path.join(self.root, "full")
+    with open(os.path.join(d, "results_main.json")) as f:
+      before = f.read()
+    config = planpo_twx.get_config("smoke")
+    config.runs = ("grpo,planpo",)   # what --config.runs=grpo,planpo gives
+    with mock.patch.object(data, "gold_episodes", wraps=data.gold_episodes) as replays:
+      sub = train.run(config, d)
+    self.assertEqual(replays.call_count, 0)
+    self.assertEqual(tuple(config.runs), ("grpo", "planpo"))
+    self.assertEqual(set(sub), {"grpo", "planpo"})
+    with open(os.path.join(d, "results_main.json")) as f:
+      self.assertEqual(f.read(), before)
+    with open(os.path.join(d, "results_main_grpo-planpo.json")) as f:
+      self.assertEqual(set(json.load(f)["runs"]), {"grpo", "planpo"})
+    self.assertEqual(json.loads(json.dumps(sub["planpo"])), json.loads(json.dumps(self.results["planpo"])))
+
+  def test_no_sft_data_is_a_named_error(self):
+    policy = train.load_policy(self.config, [], os.path.join(self.root, "full"))
+    with self.assertRaisesRegex(ValueError, "SFT has no data.*env.max_turns"):
+      train.run_sft(self.config, policy, [], os.path.join(self.root, "empty_sft"), 0)
 
   def test_resume_gives_same_result(self):
     d = os.path.join(self.root, "stopped")

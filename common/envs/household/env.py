@@ -390,7 +390,12 @@ class HouseholdToolEnv:
           root = os.path.join(root, sub, _OFFICIAL_SPLITS[split])
           break
       else:
-        raise FileNotFoundError(f"no {split}/ folder under {self.games_dir} (nor under its json_2.1.1/)")
+        raise FileNotFoundError(
+            f"no {_OFFICIAL_SPLITS[split]}/ folder under the official games folder {self.games_dir} (nor under its "
+            f"json_2.1.1/): games_dir (--config.env.kwargs.games_dir or $ALFWORLD_GAMES) must be ALFWorld's "
+            f"json_2.1.1 folder as alfworld-download writes it (train/, valid_seen/, valid_unseen/ of trial "
+            f"folders with traj_data.json and game.tw-pddl) or the folder holding it; unset both to play games "
+            f"generated offline")
       files = []
       for folder, _, names in os.walk(root):
         if "traj_data.json" not in names or "game.tw-pddl" not in names:

@@ -31,9 +31,10 @@ Evaluation: `rl.eval_samples` rollouts per held-out task of every split of `env.
 rollout (eval.json) and per task type (the env's `task_type`).
 
 Outputs (workdir/seed_<s>/<run>/): metrics.jsonl (+ TensorBoard), checkpoints/ (Orbax, the whole train
-state), eval.json; per table (config key `table`: 'main' or 'ablation') workdir/results_<table>.json (every
-rollout's record, the paired differences against `reference` with bootstrap intervals from common.stats,
-task types, SFT data stats, the config), results_<table>.txt (the printed tables) and curves_<table>.png
+state), eval.json; per table (config key `table`: 'main' or 'ablation') workdir/results_<table>.json (the
+code's git commit from common.provenance, every rollout's record, the paired differences against `reference`
+with bootstrap intervals from common.stats, task types, SFT data stats, the config), results_<table>.txt
+(the printed tables under a line naming the commit and workdir/config.json) and curves_<table>.png
 (training success, turns, response tokens per run and seed).
 Running again resumes every stage from its latest checkpoint and skips finished ones; runs are folders named
 by run, so the ablation table run in the main table's workdir reuses its SFT and PlanPO runs; the tiny policy
@@ -61,6 +62,7 @@ from common import chat as chat_lib
 from common import checkpoint as ckpt_lib
 from common import gigpo
 from common import metric_writer
+from common import provenance
 from common import rollout as rollout_lib
 from common import stats
 from common.lm import checkpoints as lm_checkpoints
@@ -744,8 +746,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     pool.close()
   table = report(config, results, types)
   tag = table_tag(config)
+  version = provenance.code_version()
+  stamp = f"code: commit {version['commit']}{' with uncommitted changes' if version['dirty'] else ''}"
+  table = f"{stamp}; config: {os.path.join(workdir, 'config.json')}\n{table}"
   with open(os.path.join(workdir, f"results_{tag}.json"), "w") as f:
-    json.dump({"runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
+    json.dump({"code": version,
+               "runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
                "task_types": types, "differences": differences(config, results), "sft_data": sft_data,
                "config": config.to_dict()}, f, indent=1, default=str)
   print(table, flush=True)

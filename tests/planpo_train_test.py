@@ -181,6 +181,8 @@ class SmokeTest(absltest.TestCase):
     with open(os.path.join(self.root, "full", "results_main.txt")) as f:
       text = f.read()
     self.assertIn("paired difference, run - grpo", text)
+    self.assertRegex(saved["code"]["commit"], "^([0-9a-f]{40}|unknown)$")   # the table names its code
+    self.assertTrue(text.startswith(f"code: commit {saved['code']['commit']}"))
     self.assertIn("per task type", text)
 
   def test_policy_is_kept_in_the_workdir(self):

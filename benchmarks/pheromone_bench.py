@@ -16,7 +16,8 @@ pheromone as a dict of dicts of floats over the graph's edges (each tool has 8 r
 here; START has all tools), evaporation by looping over every stored edge, deposit per traversed
 edge, and sampling per rollout with NumPy (top-K, pheromone look-ups, softmax, multinomial). The
 'fused' rows add the task-dependent pheromone: per-edge lists of (embedding, score) in Python vs
-the ring-buffer bank here. The policy is replaced by fixed random logits in both.
+the per-edge bank of (task row, score) here (`phgpo.memory_bank`, dense [N+1, N, M]: M = 16 entries
+per edge at N = 381, 18.6 MB; M = 2 at N = 4096, 268 MB, since the dense bank grows as N^2 M). The policy is replaced by fixed random logits in both.
 
 Printed: milliseconds per iteration (best of several runs) and the ratio python / jax (higher =
 JAX faster). The JAX update costs O(B*H) whatever N (the tables are dense [N+1, N] in memory
@@ -39,7 +40,8 @@ from phgpo import sampling
 M, H, K, TM, D = 5, 20, 20, 8, 384
 DEGREE = 8
 HP = dict(rho=0.05, alpha=0.5, tau_min=0.05, tau_max=5.0, arg_rho=0.05, arg_alpha=0.3)
-TAU0, BETA, TEMPERATURE, W, KAPPA, TOPK_SIM, CAP = 1.0, 0.7, 0.7, 0.5, 1.0, 16, 8192
+TAU0, BETA, TEMPERATURE, W, KAPPA, TOPK_SIM, SIM_THRESHOLD = 1.0, 0.7, 0.7, 0.5, 1.0, 16, 0.0
+NUM_TASKS = 256   # task rows the bank may name (the key table of `memory_bank.bank_similarity`)
 MAX_MEMORY_PER_EDGE = 100
 
 
@@ -53,8 +55,9 @@ def _problem(n: int, seed: int = 0):
   num_templates = rng.integers(1, TM + 1, size=n)
   template_mask = np.arange(TM)[None, :] < num_templates[:, None]
   logits = rng.normal(scale=2.0, size=(H, M, n)).astype(np.float32)
-  emb = rng.normal(size=(M, D)).astype(np.float32)
-  return edge_mask, template_mask, logits, emb
+  keys = rng.normal(size=(NUM_TASKS, D)).astype(np.float32)
+  task_ids = rng.integers(0, NUM_TASKS, size=M).astype(np.int32)
+  return edge_mask, template_mask, logits, (keys, task_ids)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -64,14 +67,15 @@ def _problem(n: int, seed: int = 0):
 def _jax_fns(n: int, fused: bool):
   w = W if fused else 0.0
 
-  def sample_episode(state, key, logits, emb, template_mask):
-    sim = ph.bank_similarity(state, emb) if fused else None  # constant over the episode
+  def sample_episode(state, key, logits, task, template_mask):
+    keys, task_ids = task
+    sim = ph.bank_similarity(keys, keys[task_ids]) if fused else None  # constant over the episode
 
     def step(prev, xs):
       lg, k = xs
       k1, k2 = jax.random.split(k)
-      rows = ph.pheromone_rows(state, prev, emb, w=w, kappa=KAPPA, top_k_similar=TOPK_SIM,
-                               tau_min=HP["tau_min"], tau_max=HP["tau_max"], bank_sim=sim)
+      rows = ph.pheromone_rows(state, prev, sim, w=w, kappa=KAPPA, top_k_similar=TOPK_SIM,
+                               tau_min=HP["tau_min"], tau_max=HP["tau_max"], sim_threshold=SIM_THRESHOLD)
       tools, _ = sampling.sample_tools(k1, lg, jnp.log(rows), top_k=K, temperature=TEMPERATURE,
                                        beta=BETA)
       # Effective tau_arg rows of the chosen tools only (O(B Tm)); row b is rollout b's tool.
@@ -84,12 +88,12 @@ def _jax_fns(n: int, fused: bool):
     _, (tools, tmpl) = jax.lax.scan(step, prev0, (logits, jax.random.split(key, logits.shape[0])))
     return tools.T, tmpl.T
 
-  def update(state, tools, tmpl, scores, emb):
-    return ph.update_pheromone(state, tools, tmpl, tools >= 0, scores, emb, **HP)
+  def update(state, tools, tmpl, scores, task):
+    return ph.update_pheromone(state, tools, tmpl, tools >= 0, scores, task[1], **HP)
 
-  def iteration(state, key, logits, emb, scores, template_mask):
-    tools, tmpl = sample_episode(state, key, logits, emb, template_mask)
-    return update(state, tools, tmpl, scores, emb), tools
+  def iteration(state, key, logits, task, scores, template_mask):
+    tools, tmpl = sample_episode(state, key, logits, task, template_mask)
+    return update(state, tools, tmpl, scores, task), tools
 
   return (jax.jit(sample_episode), jax.jit(update, donate_argnums=0),
           jax.jit(iteration, donate_argnums=0))
@@ -195,17 +199,19 @@ def _time(fn, reps: int) -> float:
 
 
 def _bench(n: int, fused: bool, reps: int, prefill: int) -> dict:
-  edge_mask, template_mask, logits_np, emb_np = _problem(n)
+  edge_mask, template_mask, logits_np, (keys_np, task_np) = _problem(n)
+  emb_np = keys_np[task_np]   # the Python baseline stores embeddings
   rng = np.random.default_rng(1)
   scores_np = rng.random(M).astype(np.float32)
 
   # JAX.
   sample_fn, update_fn, iter_fn = _jax_fns(n, fused)
   tmask = jnp.asarray(template_mask)
-  logits, emb, scores = jnp.asarray(logits_np), jnp.asarray(emb_np), jnp.asarray(scores_np)
+  logits, scores = jnp.asarray(logits_np), jnp.asarray(scores_np)
+  emb = (jnp.asarray(keys_np), jnp.asarray(task_np))
   holder = {"state": ph.init_pheromone(n, TM, tau_init=TAU0, tau_min=HP["tau_min"],
                                        tau_max=HP["tau_max"], template_mask=tmask,
-                                       bank_capacity=CAP, embed_dim=D, edge_mask=edge_mask),
+                                       bank_per_edge=16 if n <= 1024 else 2, edge_mask=edge_mask),
             "key": jax.random.key(0)}
 
   def jax_iter():

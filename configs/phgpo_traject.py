@@ -1,26 +1,38 @@
-r"""PhGPO on TRAJECT-Bench: warm-up, GRPO (beta = 0) and PhGPO over 3 seeds, held-out table.
+r"""PhGPO on TRAJECT-Bench: the main table and the ablation table, both splits, 5 paired seeds.
 
-Run (the README's main job):
+Main table (the README's main job): the no-training nearest-training-query baseline, warm-up only, GRPO
+without the curriculum, GRPO with the curriculum and beta = 0, and PhGPO, on the random query split and the
+split that holds out whole tool chains:
   python -m experiments.train --config=configs/phgpo_traject.py --workdir=runs/phgpo_traject
-
-CPU-sized variant used by the tests (a few tasks, 1 seed, a handful of steps):
+Ablation table (the paper's six rows, seeds 0-2; into the same workdir it reuses the main table's PhGPO and
+beta = 0 runs):
+  python -m experiments.train --config=configs/phgpo_traject.py:ablation --workdir=runs/phgpo_traject
+CPU-sized variants used by the tests (a few tasks, 1 seed, a handful of steps; smoke_lm: the language-model
+policy on a tiny random Qwen2 checkpoint written locally):
   python -m experiments.train --config=configs/phgpo_traject.py:smoke --workdir=/tmp/phgpo_smoke
-The same with the language-model policy on a tiny random Qwen2 checkpoint written locally:
   python -m experiments.train --config=configs/phgpo_traject.py:smoke_lm --workdir=/tmp/phgpo_smoke_lm
 
-Overrides: --config.pheromone.rho=0.05 --config.seeds=0,1 ... (a mistyped key fails: the config is locked).
+Overrides: --config.seeds=0,1 --config.splits=random --config.runs=warmup,phgpo --config.pheromone.rho=0.05 ...
+(a mistyped key fails: the config is locked; an unknown run, split or seed is a named error).
 Published defaults (SPEC.md, PhGPO): K = 20, T = 0.7, beta_max = 0.7, M = 5, at most 20 steps.
 """
 
 import ml_collections
 
+MAIN_RUNS = ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo")
+ABLATION_RUNS = ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen")
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.method = "phgpo_compare"
-  c.seeds = (0, 1, 2)
-  c.runs = ("warmup", "grpo", "phgpo")
+  c.seeds = (0, 1, 2, 3, 4)
+  c.splits = ("random", "chain")
+  c.runs = MAIN_RUNS
+  c.table = "main"
+  c.reference = "phgpo"
 
+  # split 'random': the authors' stratified query split; 'chain': whole gold tool chains held out per domain.
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
   c.graph = dict(edges="observed", max_templates=8)
@@ -31,22 +43,34 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.optim = dict(grad_clip=1.0)
   c.warmup = dict(steps=300, batch_size=256, learning_rate=1e-3)
   c.rl = dict(
-      steps=150, tasks_per_step=16, rollouts_per_task=5, learning_rate=1e-4, epochs=2,
+      steps=60, tasks_per_step=16, rollouts_per_task=5, learning_rate=1e-4, epochs=2,
       clip_low=0.2, clip_high=0.2, agg_mode="token_mean", entropy_coef=1e-3, kl_coef=0.0,
-      reward="match_ratio",
+      reward="match_ratio", sl_steps="teacher_forced", tis_cap=0.0,
       advantage=dict(estimator="grpo", eps=1e-6, ddof=0))
-  c.curriculum = dict(steps=50, lambda_start=0.5, p_tf_start=0.5, horizon_start=3)
+  # Ours: lambda and p_tf anneal to 0 and beta ramps from 0. The authors' trainer: lambda_floor=0.3,
+  # p_tf_floor=0.05, beta_start_fraction=1.0, pheromone.first_step=False, rl.sl_steps='all'.
+  c.curriculum = dict(steps=20, lambda_start=0.5, p_tf_start=0.5, horizon_start=3, lambda_floor=0.0,
+                      p_tf_floor=0.0, beta_start_fraction=0.0)
+  # sim_threshold 0.6: 87% of held-out queries' same-chain training queries lie above it, 1.6% of the others.
   c.pheromone = dict(
       rho=0.05, alpha=0.02, tau_init=0.5, tau_min=0.1, tau_max=1.0, arg_rho=0.05, arg_alpha=0.02,
-      beta_max=0.7, w_max=0.5, kappa=1.0, bank_capacity=4096, top_k_similar=16, max_evidence=256,
-      dep_units="tau_range", bank_min_score=0.0)
+      beta_max=0.7, w_max=0.5, kappa=1.0, bank_per_edge=16, top_k_similar=16, sim_threshold=0.6,
+      dep_units="tau_range", bank_min_score=0.0, first_step=True, freeze_at=-1)
+  c.ablation = dict(freeze_at=30)   # RL step after which the 'frozen' row's pheromone stops changing
   c.sampling = dict(top_k=20, temperature=0.7)
   c.eval = dict(temperature=0.0, success_threshold=0.7)
+  c.stats = dict(confidence=0.95, resamples=10000, method="BCa")
   c.checkpoint = dict(every=25, max_to_keep=2)
-  c.logging = dict(every=5, tensorboard=True)
+  c.logging = dict(every=5, tensorboard=True, pheromone_snapshots=(0, 20, 60))
 
-  if arg in ("smoke", "smoke_lm"):
+  if arg == "ablation":
+    c.runs = ABLATION_RUNS
+    c.table = "ablation"
+    c.seeds = (0, 1, 2)   # the first 3 of the main table's seeds (CPU budget); --config.seeds=0,1,2,3,4 for all 5
+  elif arg in ("smoke", "smoke_lm"):
     c.seeds = (0,)
+    c.splits = ("random",)
+    c.runs = ("nearest", "warmup", "grpo", "phgpo")
     c.data.max_tasks = 120
     c.encoder.max_length = 32
     c.policy.hidden = 32
@@ -55,18 +79,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.steps = 4
     c.rl.tasks_per_step = 4
     c.curriculum.steps = 2
+    c.ablation.freeze_at = 2
     c.checkpoint.every = 2
     c.logging.every = 1
-  if arg == "smoke_lm":
-    # The language-model policy on a tiny random Qwen2 checkpoint written locally (no download).
-    c.policy.kind = "lm"
-    c.policy.lm_checkpoint = "tiny:qwen2"
-    c.policy.lm_max_length = 128
-    c.policy.lora_rank = 4
-    c.policy.lora_alpha = 8.0
-    c.data.max_tasks = 40
-    c.rl.tasks_per_step = 2
-    c.warmup.batch_size = 8
-  elif arg not in (None, "", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; valid: '' (full), 'smoke', 'smoke_lm'")
+    c.logging.pheromone_snapshots = (0, 2, 4)
+    c.stats.resamples = 500
+    if arg == "smoke_lm":
+      # The language-model policy on a tiny random Qwen2 checkpoint written locally (no download).
+      c.policy.kind = "lm"
+      c.policy.lm_checkpoint = "tiny:qwen2"
+      c.policy.lm_max_length = 128
+      c.policy.lora_rank = 4
+      c.policy.lora_alpha = 8.0
+      c.data.max_tasks = 40
+      c.rl.tasks_per_step = 2
+      c.warmup.batch_size = 8
+  elif arg not in (None, ""):
+    raise ValueError(f"unknown config variant {arg!r}; valid: '' (main table), 'ablation', 'smoke', 'smoke_lm'")
   return c

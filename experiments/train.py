@@ -14,6 +14,7 @@ import os
 
 from absl import app
 from absl import flags
+import ml_collections
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
@@ -25,7 +26,25 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 # Keys that choose which results a run reports, not what its checkpoints hold: a PlanPO workdir is shared by
 # its main and ablation tables (runs are folders named by run; planpo/train.py).
-_REPORT_KEYS = {"planpo": ("runs", "table", "reference", "stats")}
+_REPORT_KEYS = {"planpo": ("runs", "table", "reference", "stats"),
+                "phgpo_compare": ("runs", "table", "reference", "stats", "seeds", "splits")}
+
+
+def _split_list_overrides(config) -> None:
+  """Splits a tuple-of-strings field given as one comma-separated flag value, in place, at any depth.
+
+  `--config.runs=warmup,grpo` on a tuple field arrives as the one string 'warmup,grpo'; every config's
+  run/split lists mean the names between the commas.
+  """
+  with config.unlocked():
+    for key, value in list(config.items()):
+      if isinstance(value, ml_collections.ConfigDict):
+        _split_list_overrides(value)
+      elif isinstance(value, str) and "," in value and key in ("runs", "splits"):
+        config[key] = tuple(x.strip() for x in value.split(",") if x.strip())
+      elif isinstance(value, (tuple, list)) and any(isinstance(v, str) and "," in v for v in value):
+        config[key] = tuple(x.strip() for v in value for x in (v.split(",") if isinstance(v, str) else [v])
+                            if not isinstance(x, str) or x.strip())
 
 
 def _check_same_config(workdir: str, config) -> None:
@@ -74,9 +93,13 @@ def main(argv):
       raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
     with config.unlocked():
       config.data.path = _DATA_DIR.value
+  _split_list_overrides(config)
   if config.method == "planpo":   # a bad value is named before anything is written into the workdir
     from planpo import train as planpo_train  # pylint: disable=g-import-not-at-top
     planpo_train.check_config(config)
+  elif config.method == "phgpo_compare":
+    from phgpo import train as phgpo_train  # pylint: disable=g-import-not-at-top
+    phgpo_train.check_config(config)
   _check_same_config(workdir, config)
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top

@@ -32,7 +32,8 @@ class RolloutBatch:
   """Host-side record of B trajectories (all i32/f32/bool [B, H] unless noted).
 
   tools/templates: executed calls (-1 after the end); status: STATUS_CODES of each observation;
-  logp_old: log pi_theta(tool) at sampling time (temperature 1, all tools); pg_mask: decisions sampled
+  logp_old: log pi_theta(tool) at sampling time (temperature 1, all tools); logp_behaviour: log of the
+  sampling distribution's probability of the tool (0 for teacher-forced and argmax decisions); pg_mask: decisions sampled
   from the policy; sl_mask: teacher-forced decisions; length: i32[B] calls made; task: i64[B] task
   index; reward: f32[B]; end_reason: list[str] ('horizon', 'done', 'no_candidate', 'env_error');
   observations: B lists of observation texts (recorded only for policies that read them).
@@ -41,6 +42,7 @@ class RolloutBatch:
   templates: np.ndarray
   status: np.ndarray
   logp_old: np.ndarray
+  logp_behaviour: np.ndarray
   pg_mask: np.ndarray
   sl_mask: np.ndarray
   length: np.ndarray
@@ -74,7 +76,7 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
   stops early when the policy has no valid candidate or the environment reports done or an error.
 
   Args:
-    compiled: `phgpo.steps.Compiled` (its `decide`, `bank_similarity`, `policy`, `start`).
+    compiled: `phgpo.steps.Compiled` (its `decide`, `task_similarity`, `policy`, `start`).
     params, pher: the policy parameters and `PheromoneState` to sample with.
     envs: `ReplayEpisodes` with at least len(task_idx) episodes.
     task_idx: i64[B] task rows.
@@ -92,6 +94,7 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
   templates = np.full((b, h), -1, np.int32)
   status = np.zeros((b, h), np.int32)
   logp_old = np.zeros((b, h), np.float32)
+  logp_behaviour = np.zeros((b, h), np.float32)
   pg_mask = np.zeros((b, h), bool)
   sl_mask = np.zeros((b, h), bool)
   length = np.zeros((b,), np.int32)
@@ -99,8 +102,7 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
   end_reason = ["horizon"] * b
   observations = [[] for _ in range(b)] if policy.uses_observations else None
   horizon = problem.gold_len[task_idx]
-  task_emb = jnp.asarray(problem.query_emb[task_idx])
-  bank_sim = compiled.bank_similarity(pher, task_emb)   # the task is fixed for the whole episode
+  task_sim = compiled.task_similarity(task_idx)   # the task is fixed for the whole episode
   seeds = [int(x) for x in tf_rng.integers(1 << 30, size=b)]
   for i, r in enumerate(envs.reset_all([problem.tasks[j].task_id for j in task_idx], seeds)):
     if isinstance(r, Exception):
@@ -116,8 +118,8 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
     batch = policy.featurize(task_idx, tools, status, step, observations)
     prev = tools[:, t - 1] if t > 0 else np.full((b,), compiled.start, np.int32)
     prev = np.where(prev < 0, compiled.start, prev).astype(np.int32)
-    a, tm, lp, has = jax.device_get(compiled.decide(params, pher, batch, jnp.asarray(prev), task_emb,
-                                                    bank_sim, sub, beta, w, temperature))
+    a, tm, lp, has, lpb = jax.device_get(compiled.decide(params, pher, batch, jnp.asarray(prev), task_sim, sub,
+                                                    beta, w, temperature))
     forced = tf_rng.random(b) < p_tf
     chosen = []
     for i in np.nonzero(active)[0]:
@@ -141,6 +143,7 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
         continue
       sl_mask[i, t], pg_mask[i, t] = teacher, not teacher
       tools[i, t], templates[i, t], logp_old[i, t] = tool, tmpl, lp[i]
+      logp_behaviour[i, t] = 0.0 if teacher else lpb[i]
       status[i, t] = problem_lib.status_code(res.status)
       if observations is not None:
         observations[i].append(res.observation)
@@ -150,7 +153,7 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
         end_reason[i] = "done"
   reward = score_trajectories(tools, length, problem.gold_tools[task_idx], problem.gold_len[task_idx],
                               kind=reward_kind, horizon=h, success_threshold=success_threshold)
-  return RolloutBatch(tools, templates, status, logp_old, pg_mask, sl_mask, length,
+  return RolloutBatch(tools, templates, status, logp_old, logp_behaviour, pg_mask, sl_mask, length,
                       np.asarray(task_idx), reward, end_reason, observations)
 
 

@@ -484,6 +484,48 @@ def split_tasks(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
   return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
 
 
+SPLITS = ("random", "chain")
+
+
+def split_tasks_by_chain(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
+                         seed: int = 0) -> tuple[list[Task], list[Task]]:
+  """Splits tasks so that whole gold tool chains are held out, stratified by domain.
+
+  A chain is the sequence of tool names a task's gold trajectory calls; TRAJECT-Bench asks each chain through
+  several queries, so under the query split (`split_tasks`) every held-out chain also occurs in training.
+  Here, in each domain, round(held_out_fraction * chains in the domain) chains go to the held-out set with
+  every query that asks them, drawn by a permutation seeded by (seed, crc32(domain)) over the sorted chains.
+  The held-out share of tasks is therefore near, not exactly, held_out_fraction. Selected by config `splits`
+  (value 'chain'); the fraction and seed are `data.held_out_fraction` and `data.split_seed`.
+
+  Args:
+    tasks: the tasks to split (task_ids unique).
+    held_out_fraction: in [0, 1).
+    seed: split seed.
+  Returns:
+    (train, held_out), each in input order; no held-out chain occurs in train.
+  Raises:
+    ValueError: a fraction outside [0, 1) or duplicate task ids.
+  """
+  if not 0.0 <= held_out_fraction < 1.0:
+    raise ValueError(f"held_out_fraction must be in [0, 1) (config key data.held_out_fraction), "
+                     f"got {held_out_fraction}")
+  ids = [t.task_id for t in tasks]
+  if len(set(ids)) != len(ids):
+    raise ValueError("duplicate task ids; split_tasks_by_chain needs each task once")
+  chains: dict[str, set[tuple[str, ...]]] = collections.defaultdict(set)
+  for t in tasks:
+    chains[t.domain].add(tuple(c.name for c in t.calls))
+  held: set[tuple[str, tuple[str, ...]]] = set()
+  for domain, dom_chains in chains.items():
+    dom_chains = sorted(dom_chains)
+    n_held = int(np.floor(held_out_fraction * len(dom_chains) + 0.5))
+    rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
+    held.update((domain, dom_chains[i]) for i in rng.permutation(len(dom_chains))[:n_held])
+  is_held = [(t.domain, tuple(c.name for c in t.calls)) in held for t in tasks]
+  return ([t for t, h in zip(tasks, is_held) if not h], [t for t, h in zip(tasks, is_held) if h])
+
+
 def dataset_summary(tasks: Sequence[Task], tools: Sequence[ToolSpec] | None = None) -> dict[str, Any]:
   """Counts for logs and reports: tasks per domain, calls per task, unique tools used, failed calls."""
   lengths = collections.Counter(len(t.calls) for t in tasks)

@@ -1,29 +1,35 @@
-"""PhGPO's task-dependent pheromone: the memory bank of (task, edge, score) entries and its evidence.
+"""PhGPO's task-dependent pheromone: a bounded memory bank per edge, and the evidence it gives a new task.
 
-Each traversed edge (i, j) of a scored trajectory of task x is written into the bank as (unit e_x, edge,
-q); the bank is one ring buffer of C entries shared by all edges (fields `bank_*` of
-`phgpo.pheromone.PheromoneState`; config `pheromone.bank_capacity`), the oldest entry overwritten
-first. For a new task, the entries most similar to it on an edge give that edge's task-dependent
-pheromone and a confidence:
-
-  E_b     = the max_evidence bank entries c of edges leaving i with the highest s_c = cos(e, e_c) > 0
-            (ties: lower slot first);
-  E_bj    = the top_k_similar most similar entries of E_b whose edge is (i, j);
-  S       = sum_{c in E_bj} s_c;   qbar = sum_{c in E_bj} s_c q_c / S  (weighted mean score);
-  c_ij(x) = S / (S + kappa)                          (confidence, 0 with no evidence);
-  tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default)
+Each edge (i, j) (i = START or a tool, j a tool) keeps at most M entries (task, q): a training task that
+traversed the edge and the best match score q a trajectory of that task earned while traversing it
+(fields `bank_task`, `bank_score` of `phgpo.pheromone.PheromoneState`, i32/f32[N+1, N, M]; config
+`pheromone.bank_per_edge`). Writing a batch of scored trajectories:
+  - one candidate per (trajectory, distinct traversed edge) with q >= `pheromone.bank_min_score`;
+  - one entry per (task, edge): a task already on the edge keeps the better of its two scores;
+  - when an edge holds more than M entries, the lowest-scored leave first; among equal scores the oldest
+    leaves first (a newer entry displaces an older one of the same score, so an edge full of perfect scores
+    keeps refreshing instead of freezing on the first tasks seen); each edge's entries are kept sorted by
+    score, best first, and among equal scores newest first.
+Entries hold task rows, not embeddings: the similarity of a new task x to an entry is the cosine of their
+query embeddings, s = cos(e_x, e_task), computed once per rollout as `bank_similarity` over the fixed table
+of every task's embedding (the caller's, e.g. `phgpo.problem.Problem.query_emb`). For x and an edge (i, j):
+  E_ij(x) = the entries of (i, j) with s >= sim_threshold and s > 0 (config `pheromone.sim_threshold`),
+            the top_k_similar most similar of them (config `pheromone.top_k_similar`; ties: better score);
+  S       = sum_{E_ij} s;   qbar = sum_{E_ij} s q / S   (similarity-weighted mean score);
+  c_ij(x) = S / (S + kappa)                               (confidence; exactly 0 with no evidence);
+  tau_dep = tau_min + qbar (tau_max - tau_min)   ('tau_range', default; config `pheromone.dep_units`)
           | clip(qbar, tau_min, tau_max)         ('score').
+A task with no entry at or above the threshold gets c = 0, so the fusion (`phgpo.pheromone.pheromone_rows`)
+gives it tau_agn exactly; one entry with s = 1 and q = 1 gives tau_dep = tau_max and c = 1 / (1 + kappa),
+the largest value one entry can give.
 
-Source: PhGPO, arXiv:2602.13691, "Pheromone" (SPEC.md "PhGPO", task-dependent pheromone). The confidence
-form is unpublished; S / (S + kappa) is the SPEC's suggestion. The SPEC gives tau_dep in score units;
-'tau_range' maps the mean score affinely onto [tau_min, tau_max] so both fused terms share units (the
-authors' code maps it as tau0 + 0.8 qbar (tau_max - tau0)). Only positive similarities count as evidence.
-The SPEC bounds each edge's bank; this implementation bounds the union with one ring buffer.
-The fusion with the task-agnostic pheromone is `phgpo.pheromone.pheromone_rows`.
+Source: PhGPO, arXiv:2602.13691, "Pheromone" (SPEC.md "PhGPO", task-dependent pheromone: a bounded memory
+M_ij of (task, score) per edge, similarity-weighted evidence, a confidence). Choices the SPEC leaves open:
+the eviction order (lowest score first, one entry per task), the threshold (config `pheromone.sim_threshold`),
+the confidence form S / (S + kappa) (the SPEC's suggestion) and the units of tau_dep ('tau_range' maps the
+mean score onto [tau_min, tau_max] so both fused terms share units).
 
-Config keys: `pheromone.bank_capacity`, `pheromone.kappa`, `pheromone.top_k_similar`,
-`pheromone.max_evidence`, `pheromone.dep_units`, `pheromone.bank_min_score`.
-Every function is pure and jittable; the bank is replicated, the batch axis B may be sharded.
+Every function is pure and jittable. The bank is replicated; the batch axis B may be sharded.
 """
 from __future__ import annotations
 
@@ -44,115 +50,161 @@ def unit(x: jax.Array) -> jax.Array:
   return x / jnp.maximum(norm, 1e-12)
 
 
-def bank_similarity(state: Any, task_emb: chex.Array) -> jax.Array:
-  """Cosine similarity of each task to every bank entry: f32[B, C] = unit(task_emb) @ bank_emb^T.
+def bank_similarity(task_keys: chex.Array, task_emb: chex.Array) -> jax.Array:
+  """Cosine similarity of each rollout's task to every task a bank entry can name: f32[B, T].
 
-  Constant over a rollout (the bank changes only in `phgpo.pheromone.update_pheromone`), so a caller that
-  queries `phgpo.pheromone.pheromone_rows` at every step may compute it once and pass it as `bank_sim`.
+  Constant over a rollout, so a caller computes it once per episode and passes it to
+  `phgpo.pheromone.pheromone_rows` (and `phgpo.objective.decide`) as `task_sim`.
 
   Args:
-    state: `phgpo.pheromone.PheromoneState` (bank_emb holds unit vectors or zeros).
-    task_emb: f32[B, D] task embeddings (any norm).
+    task_keys: f32[T, D], the embedding of every task row the bank may hold (any norm), e.g. the problem's
+      query embeddings.
+    task_emb: f32[B, D], the rollouts' task embeddings (any norm).
   Returns:
-    f32[B, C] in [-1, 1]; 0 for empty slots and zero embeddings.
+    f32[B, T] in [-1, 1]; 0 for zero embeddings.
   """
-  chex.assert_rank(task_emb, 2)
-  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
-  return unit(jnp.asarray(task_emb, jnp.float32)) @ jnp.asarray(state.bank_emb).T
+  chex.assert_rank([task_keys, task_emb], 2)
+  chex.assert_axis_dimension(task_emb, 1, task_keys.shape[1])
+  return unit(jnp.asarray(task_emb, jnp.float32)) @ unit(jnp.asarray(task_keys, jnp.float32)).T
+
+
+def empty_bank(num_tools: int, per_edge: int) -> tuple[jax.Array, jax.Array]:
+  """(bank_task i32[N+1, N, M] all -1, bank_score f32[N+1, N, M] all 0): a bank with no entry."""
+  if int(per_edge) < 1:
+    raise ValueError(f"pheromone.bank_per_edge must be >= 1, got {per_edge}; to disable the "
+                     "task-dependent pheromone set pheromone.w_max to 0 instead.")
+  shape = (int(num_tools) + 1, int(num_tools), int(per_edge))
+  return jnp.full(shape, -1, jnp.int32), jnp.zeros(shape, jnp.float32)
+
+
+def _runs(keys: list[jax.Array]) -> jax.Array:
+  """bool[K]: True where a sorted sequence of key tuples starts a new run."""
+  change = jnp.zeros(keys[0].shape[0] - 1, bool)
+  for k in keys:
+    change = change | (k[1:] != k[:-1])
+  return jnp.concatenate([jnp.ones((1,), bool), change])
 
 
 def write(state: Any, prev: jax.Array, tools: jax.Array, mask: jax.Array, scores: jax.Array,
-          task_emb: jax.Array, *, num_tools: int, bank_min_score: float = 0.0) -> dict[str, jax.Array]:
-  """The bank after writing one entry per (trajectory, distinct traversed edge), in ring-buffer order.
+          task_ids: jax.Array, *, bank_min_score: float = 0.0) -> dict[str, jax.Array]:
+  """The bank after writing one batch of scored trajectories (rules in the module docstring).
 
   Args:
-    state: `phgpo.pheromone.PheromoneState` before the update.
-    prev: i32[B, H], previous tool of each step (START = num_tools at step 0).
+    state: `phgpo.pheromone.PheromoneState` before the update (its `bank_task`, `bank_score`).
+    prev: i32[B, H], previous tool of each step (START = N at step 0).
     tools: i32[B, H], tool of each step (-1 = no call: skipped).
     mask: bool[B, H], valid steps.
-    scores: f32[B], match score q per trajectory.
-    task_emb: f32[B, D], task embedding per trajectory (normalised here).
-    num_tools: N (static), so edge ids are prev * N + next.
-    bank_min_score: only trajectories with q >= bank_min_score write entries (config
-      `pheromone.bank_min_score`; 0.0 writes every traversed edge, as the SPEC says).
+    scores: f32[B], match score q in [0, 1] per trajectory.
+    task_ids: i32[B], the task row of each trajectory (>= 0; rows index the caller's task table).
+    bank_min_score: only trajectories with q >= bank_min_score write (config `pheromone.bank_min_score`;
+      0.0 writes every traversed edge, as the SPEC says).
   Returns:
-    {'bank_emb', 'bank_edge', 'bank_score', 'bank_valid', 'bank_ptr'}: the new bank fields. When more
-    than C entries are written at once, only the last C (in row-major b, h order) are kept.
+    {'bank_task', 'bank_score'}: the new bank, each edge's entries sorted by score (best first), empty
+    slots (task -1, score 0) last.
+  Raises:
+    AssertionError at trace time on wrong ranks.
+  Notes:
+    O(K log K + K M^2) for K = B H candidates, independent of N; only the touched edges are rewritten.
   """
-  n = num_tools
-  h = tools.shape[1]
-  cap = state.bank_edge.shape[0]
-  flat, valid = edges.edge_ids((n + 1, n), prev, tools, mask)
-  keep_write = edges.first_visits(flat, valid) & (scores[:, None] >= bank_min_score)
-  keep_write = edges.replicated(keep_write.reshape(-1))
-  flat = edges.replicated(flat.reshape(-1))
-  entry_score = jnp.repeat(edges.replicated(scores), h)
-  entry_emb = jnp.repeat(edges.replicated(unit(task_emb.astype(jnp.float32))), h, axis=0)
-  rank = jnp.cumsum(keep_write.astype(jnp.int32)) - 1
-  total = jnp.sum(keep_write.astype(jnp.int32))
-  keep = keep_write & (rank >= total - cap)
-  pos = jnp.where(keep, (state.bank_ptr + rank) % cap, cap)
+  chex.assert_rank([prev, tools, mask, scores, task_ids], [2, 2, 2, 1, 1])
+  bank_task, bank_score = state.bank_task, state.bank_score
+  rows, n, m = bank_task.shape
+  size = rows * n
+  b, h = tools.shape
+  k = b * h
+  flat, valid = edges.edge_ids((rows, n), prev, tools, mask)
+  keep = edges.first_visits(flat, valid) & (scores[:, None] >= bank_min_score) & (task_ids[:, None] >= 0)
+  flat = edges.replicated(jnp.where(keep, flat, size).reshape(-1))
+  cand_task = edges.replicated(jnp.broadcast_to(task_ids.astype(jnp.int32)[:, None], (b, h)).reshape(-1))
+  cand_score = edges.replicated(jnp.broadcast_to(scores.astype(jnp.float32)[:, None], (b, h)).reshape(-1))
+  order_in = jnp.arange(k, dtype=jnp.int32)
+  # 1. One candidate per (edge, task): the best score (ties: the earlier row).
+  o = jnp.lexsort((order_in, -cand_score, cand_task, flat))
+  e1, t1, s1, r1 = flat[o], cand_task[o], cand_score[o], order_in[o]
+  first = _runs([e1, t1]) & (e1 < size)
+  # 2. Rank the survivors within their edge by score (ties: earlier row); more than M cannot enter.
+  e2 = jnp.where(first, e1, size)
+  o2 = jnp.lexsort((r1, -s1, e2))
+  e2, t2, s2 = e2[o2], t1[o2], s1[o2]
+  head = _runs([e2])
+  group = jnp.cumsum(head.astype(jnp.int32)) - 1                      # touched-edge index, i32[K]
+  pos = jnp.arange(k, dtype=jnp.int32)
+  start = jax.lax.cummax(jnp.where(head, pos, 0))
+  rank = pos - start
+  live = (e2 < size) & (rank < m)
+  g_row = jnp.where(live, group, k)
+  new_task = jnp.full((k, m), -1, jnp.int32).at[g_row, rank].set(t2, mode="drop")
+  new_score = jnp.full((k, m), -jnp.inf, jnp.float32).at[g_row, rank].set(s2, mode="drop")
+  edge_of = jnp.full((k,), size, jnp.int32).at[jnp.where(head & (e2 < size), group, k)].set(e2, mode="drop")
+  # 3. Merge each touched edge's new entries (first: they win ties, so the oldest leave first) with its old
+  #    ones; keep the best M.
+  flat_task, flat_score = bank_task.reshape(size, m), bank_score.reshape(size, m)
+  safe = jnp.minimum(edge_of, size - 1)
+  old_task = flat_task[safe]
+  old_score = jnp.where(old_task >= 0, flat_score[safe], -jnp.inf)
+  all_task = jnp.concatenate([new_task, old_task], axis=1)            # [K, 2M]
+  all_score = jnp.concatenate([new_score, old_score], axis=1)
+  two = 2 * m
+  same = (all_task[:, :, None] == all_task[:, None, :]) & (all_task[:, :, None] >= 0)
+  idx = jnp.arange(two)
+  beaten = (all_score[:, None, :] > all_score[:, :, None]) | (
+      (all_score[:, None, :] == all_score[:, :, None]) & (idx[None, None, :] < idx[None, :, None]))
+  dup = jnp.any(same & beaten & (idx[None, None, :] != idx[None, :, None]), axis=-1)
+  all_score = jnp.where(dup | (all_task < 0), -jnp.inf, all_score)
+  top_score, top_i = jax.lax.top_k(all_score, m)                      # stable: lower index first on ties
+  top_task = jnp.take_along_axis(all_task, top_i, axis=1)
+  filled = top_score > -jnp.inf
+  top_task = jnp.where(filled, top_task, -1)
+  top_score = jnp.where(filled, top_score, 0.0)
+  dest = jnp.where(edge_of < size, edge_of, size)
   return dict(
-      bank_emb=state.bank_emb.at[pos].set(entry_emb, mode="drop"),
-      bank_edge=state.bank_edge.at[pos].set(flat, mode="drop"),
-      bank_score=state.bank_score.at[pos].set(entry_score, mode="drop"),
-      bank_valid=state.bank_valid.at[pos].set(True, mode="drop"),
-      bank_ptr=((state.bank_ptr + total) % cap).astype(jnp.int32))
+      bank_task=flat_task.at[dest].set(top_task, mode="drop").reshape(rows, n, m),
+      bank_score=flat_score.at[dest].set(top_score, mode="drop").reshape(rows, n, m))
 
 
-def dependent_pheromone(state: Any, prev: jax.Array, sim: jax.Array, *, num_tools: int, kappa,
-                        top_k_similar: int, max_evidence: int, tau_min, tau_max,
-                        dep_units: str) -> tuple[jax.Array, jax.Array]:
+def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kappa, top_k_similar: int,
+                        sim_threshold, tau_min, tau_max, dep_units: str) -> tuple[jax.Array, jax.Array]:
   """Confidence c_ij(x) and task-dependent pheromone tau_dep_ij(x) of every edge leaving prev_b.
 
-  The formulas are in the module docstring. `max_evidence` bounds the per-row work (a top-k over the bank
-  instead of a full sort); with max_evidence >= C it is exact "top top_k_similar per edge" over the
-  whole bank.
+  The formulas are in the module docstring.
 
   Args:
-    state: `phgpo.pheromone.PheromoneState` (its bank fields).
+    state: `phgpo.pheromone.PheromoneState` (its `bank_task`, `bank_score`).
     prev: i32[B], previous tool per rollout in [0, N] (START = N).
-    sim: f32[B, C], `bank_similarity(state, task_emb)`.
-    num_tools: N (static).
+    task_sim: f32[B, T], `bank_similarity(task_keys, task_emb)`.
     kappa: > 0, confidence half-saturation in summed similarity (config `pheromone.kappa`).
-    top_k_similar: static, entries per edge used (config `pheromone.top_k_similar`).
-    max_evidence: static, entries considered per row (config `pheromone.max_evidence`).
+    top_k_similar: static >= 1, entries per edge used (config `pheromone.top_k_similar`); values >= M use
+      every entry above the threshold.
+    sim_threshold: in [0, 1]; entries less similar than this are no evidence (config
+      `pheromone.sim_threshold`; may be traced).
     tau_min, tau_max: MAX-MIN bounds (`pheromone.tau_min`, `pheromone.tau_max`).
     dep_units: 'tau_range' or 'score' (static; config `pheromone.dep_units`).
   Returns:
     (conf f32[B, N] in [0, 1), tau_dep f32[B, N] in [tau_min, tau_max]).
   Notes:
-    Cost O(B C) for the match plus O(B max_evidence^2) for the per-edge ranks.
+    O(B N M) gathers and arithmetic per call.
   """
-  n = num_tools
-  cap = state.bank_edge.shape[0]
-  chex.assert_shape(sim, (prev.shape[0], cap))
-  entry_prev = state.bank_edge // n
-  entry_next = state.bank_edge % n
-  match = state.bank_valid[None, :] & (entry_prev[None, :] == prev[:, None]) & (sim > 0)
-  k_ev = min(int(max_evidence), cap)
-  if k_ev == cap and int(top_k_similar) >= cap:
-    # Every matched entry counts: no selection needed.
-    wsim = jnp.where(match, sim, 0.0)
-    nxt = jnp.zeros_like(prev)[:, None] + entry_next[None, :]
-    score = jnp.zeros_like(sim) + state.bank_score[None, :]
-  else:
-    vals, slot = jax.lax.top_k(jnp.where(match, sim, -jnp.inf), k_ev)  # sorted, most similar first
-    found = vals > -jnp.inf
-    nxt = edges.take_rows(entry_next, slot)
-    score = edges.take_rows(state.bank_score, slot)
-    # Rank of each entry among the more similar (earlier) entries of the same edge.
-    same = (nxt[:, :, None] == nxt[:, None, :]) & found[:, None, :]
-    earlier = jnp.tril(jnp.ones((k_ev, k_ev), bool), k=-1)
-    rank = jnp.sum(same & earlier, axis=-1)
-    wsim = jnp.where(found & (rank < int(top_k_similar)), vals, 0.0)
-
-  def per_row(ws, ws_q, ids):
-    seg = jax.ops.segment_sum(jnp.stack([ws, ws_q], axis=-1), ids, num_segments=n)
-    return seg[:, 0], seg[:, 1]
-
-  s_sum, sq_sum = jax.vmap(per_row)(wsim, wsim * score, nxt)
-  qbar = jnp.where(s_sum > 0, sq_sum / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
+  chex.assert_rank([prev, task_sim], [1, 2])
+  chex.assert_equal_shape_prefix([prev, task_sim], 1)
+  m = state.bank_task.shape[-1]
+  ids = edges.take_rows(state.bank_task, prev)                         # [B, N, M]
+  score = edges.take_rows(state.bank_score, prev)
+  bsz, n = ids.shape[0], ids.shape[1]
+  s = jnp.take_along_axis(task_sim, jnp.clip(ids, 0, task_sim.shape[1] - 1).reshape(bsz, n * m), axis=1)
+  s = s.reshape(bsz, n, m)
+  evid = (ids >= 0) & (s > 0) & (s >= sim_threshold)
+  if int(top_k_similar) < m:
+    # The most similar entries: rank each entry among the more similar ones of its edge (ties: better
+    # score, i.e. the earlier slot, since an edge's entries are sorted by score).
+    sm = jnp.where(evid, s, -jnp.inf)
+    slot = jnp.arange(m)
+    ahead = (sm[..., None, :] > sm[..., :, None]) | (
+        (sm[..., None, :] == sm[..., :, None]) & (slot[None, :] < slot[:, None]))
+    rank = jnp.sum(ahead & evid[..., None, :], axis=-1)
+    evid = evid & (rank < int(top_k_similar))
+  ws = jnp.where(evid, s, 0.0)
+  s_sum = jnp.sum(ws, axis=-1)
+  qbar = jnp.where(s_sum > 0, jnp.sum(ws * score, axis=-1) / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
   conf = s_sum / (s_sum + kappa)
   if dep_units == "tau_range":
     tau_dep = tau_min + jnp.clip(qbar, 0.0, 1.0) * (tau_max - tau_min)

@@ -4,9 +4,8 @@ State (`PheromoneState`, a pytree):
   tau, tau_step          f32/i32[N+1, N]  task-agnostic tool-transition pheromone; row N is START.
   tau_arg, tau_arg_step  f32/i32[N, Tm]   argument-template pheromone.
   num_updates, rho, arg_rho               update counter and the evaporation rates in use.
-  bank_*                 one ring buffer of C (task embedding, edge, score) entries: the
-                         task-dependent memory bank M_ij of every edge, kept together
-                         (written and read by phgpo/memory_bank.py).
+  bank_task, bank_score  i32/f32[N+1, N, M]  the task-dependent memory bank M_ij of every edge:
+                         at most M (task row, score) entries per edge (phgpo/memory_bank.py).
 
 Update after each batch of scored trajectories (ant-colony rule with MAX-MIN clipping):
   tau <- clip((1 - rho) tau + alpha sum_xi q(xi) 1[(i, j) in xi], tau_min, tau_max)
@@ -64,7 +63,7 @@ from phgpo import pheromone_rule as rule
 
 DEP_UNITS = memory_bank.DEP_UNITS
 take_rows = edges.take_rows                    # re-exported: rows of a replicated table
-bank_similarity = memory_bank.bank_similarity  # re-exported: cosine similarity to the bank
+bank_similarity = memory_bank.bank_similarity  # re-exported: task-to-task cosine similarity
 evaporate, deposit, clip_pheromone = rule.evaporate, rule.deposit, rule.clip_pheromone  # eager forms
 
 
@@ -82,19 +81,14 @@ class PheromoneState(NamedTuple):
     rho: f32[], evaporation rate of tau, recorded by the first update (0 before it; NaN after
       an update with a different rate under jit: see the module docstring).
     arg_rho: f32[], the same for tau_arg.
-    bank_emb: f32[C, D], unit-norm task embeddings of the bank entries (0 where never written).
-    bank_edge: i32[C], flattened edge prev * N + next of each entry (prev may be N = START).
-    bank_score: f32[C], match score q in [0, 1] of the trajectory that wrote the entry.
-    bank_valid: bool[C], whether the slot holds an entry.
-    bank_ptr: i32[], next slot to write (ring buffer; the oldest entry is overwritten first).
+    bank_task: i32[N+1, N, M], task row of each entry of edge (i, j) (-1 = empty slot); row N = START.
+    bank_score: f32[N+1, N, M], the best match score q in [0, 1] that task earned on the edge; each
+      edge's entries are sorted by score, best first (phgpo/memory_bank.py).
   """
   tau: jax.Array
   tau_arg: jax.Array
-  bank_emb: jax.Array
-  bank_edge: jax.Array
+  bank_task: jax.Array
   bank_score: jax.Array
-  bank_valid: jax.Array
-  bank_ptr: jax.Array
   tau_step: jax.Array
   tau_arg_step: jax.Array
   num_updates: jax.Array
@@ -104,7 +98,7 @@ class PheromoneState(NamedTuple):
 
 def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_min: float,
                    tau_max: float, template_mask: chex.Array | None = None,
-                   bank_capacity: int, embed_dim: int,
+                   bank_per_edge: int,
                    edge_mask: chex.Array | None = None) -> PheromoneState:
   """Initial pheromone state: every graph edge and template at tau_init, an empty bank.
 
@@ -119,25 +113,19 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
     tau_min, tau_max: MAX-MIN bounds, 0 < tau_min <= tau_init <= tau_max
       (config `pheromone.tau_min`, `pheromone.tau_max`).
     template_mask: optional bool[N, Tm], the graph's existing templates (`ToolGraph.template_mask`).
-    bank_capacity: C >= 1, total entries of the task-dependent memory bank, shared by all edges
-      (config `pheromone.bank_capacity`). The SPEC bounds each edge's bank; this implementation
-      bounds the union with one ring buffer (oldest entries overwritten first).
-    embed_dim: D, the task-embedding width.
+    bank_per_edge: M >= 1, entries of the task-dependent memory bank per edge (config
+      `pheromone.bank_per_edge`).
     edge_mask: optional bool[N+1, N] (`ToolGraph.edge_mask`): pairs outside the graph start at
       tau_min, a prior against unobserved transitions. They still evaporate and receive deposit
       when a rollout traverses them.
   Returns:
     A `PheromoneState` with f32 tables, zero write stamps and update count, rates 0 (set by
-    the first update), and an empty bank (bank_ptr = 0).
+    the first update), and an empty bank (every bank_task -1).
   Raises:
     ValueError on bad sizes or bounds, or mask shapes that do not match.
   """
   if int(num_tools) < 1 or int(num_templates) < 1:
     raise ValueError(f"num_tools and num_templates must be >= 1, got {num_tools}, {num_templates}.")
-  if int(bank_capacity) < 1 or int(embed_dim) < 1:
-    raise ValueError(
-        f"pheromone.bank_capacity and embed_dim must be >= 1, got {bank_capacity}, {embed_dim}; "
-        "to disable the task-dependent pheromone set its weight w to 0 instead.")
   rule.check_bounds(tau_min, tau_max)
   if not tau_min <= tau_init <= tau_max:
     raise ValueError(
@@ -156,15 +144,12 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
       raise ValueError(f"template_mask must have shape (N, Tm) = {(n, tm)}, got "
                        f"{template_mask.shape}.")
     tau_arg = jnp.where(template_mask, tau_arg, jnp.float32(tau_min))
-  c, d = int(bank_capacity), int(embed_dim)
+  bank_task, bank_score = memory_bank.empty_bank(n, bank_per_edge)
   return PheromoneState(
       tau=tau,
       tau_arg=tau_arg,
-      bank_emb=jnp.zeros((c, d), jnp.float32),
-      bank_edge=jnp.zeros((c,), jnp.int32),
-      bank_score=jnp.zeros((c,), jnp.float32),
-      bank_valid=jnp.zeros((c,), bool),
-      bank_ptr=jnp.zeros((), jnp.int32),
+      bank_task=bank_task,
+      bank_score=bank_score,
       tau_step=jnp.zeros((n + 1, n), jnp.int32),
       tau_arg_step=jnp.zeros((n, tm), jnp.int32),
       num_updates=jnp.zeros((), jnp.int32),
@@ -375,7 +360,7 @@ def _amounts(table_shape, prev, nxt, mask, scores, alpha):
 
 
 def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.Array,
-                     mask: chex.Array, scores: chex.Array, task_emb: chex.Array, *, rho, alpha,
+                     mask: chex.Array, scores: chex.Array, task_ids: chex.Array, *, rho, alpha,
                      tau_min, tau_max, arg_rho, arg_alpha,
                      bank_min_score: float = 0.0) -> PheromoneState:
   """One pheromone update after a batch of scored trajectories, in O(B*H) (lazy evaporation).
@@ -386,7 +371,8 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   effective values) and stamped, the rest evaporate implicitly (module docstring); the
   result read through `effective_tau` / `effective_tau_arg` equals the eager rule exactly
   (up to f32 rounding). Edges are (START, a_0), (a_0, a_1), ... and pairs (a_t, u_t); each edge
-  of a trajectory is written once into the memory bank as (unit e_x, edge, q_b).
+  of a trajectory is offered once to that edge's memory bank as (task row x_b, q_b)
+  (`phgpo.memory_bank.write`: one entry per task, best score kept, lowest scores evicted).
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO": task-agnostic and task-dependent pheromone).
 
   Args:
@@ -396,7 +382,8 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
     mask: bool[B, H], valid steps (padding False). Steps after a masked step still use the
       previous tool of the row as their prev, so masks are expected to be prefixes.
     scores: f32[B], match score q in [0, 1] per trajectory (e.g. `phgpo.metrics.match_ratio_batch`).
-    task_emb: f32[B, D], task embedding e_x per trajectory (normalised here).
+    task_ids: i32[B], task row x_b of each trajectory (>= 0; the row of the caller's task table that
+      `bank_similarity` is computed against).
     rho, alpha: tool-pheromone evaporation and deposit rates (config `pheromone.rho`,
       `pheromone.alpha`). The first update records rho (and arg_rho) in the state; later
       updates must pass the same rates (see the module docstring; `set_rates` changes them).
@@ -413,23 +400,21 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
     hyper-parameters out of range, or (outside jit) on rates that differ from the state's.
     Under jit a rate change cannot raise: it poisons the state (rho / arg_rho NaN).
   Notes:
-    Cost O(B H (H + log(B H)) + B H D), independent of N, when jit-compiled with the state
+    Cost O(B H (H + log(B H) + M^2)), independent of N, when jit-compiled with the state
     donated (`jax.jit(..., donate_argnums=0)`); without donation XLA copies the tables.
-    When more than C entries are written at once, only the last C (in row-major b, h order)
-    are kept. Sharding: B may be sharded; the new state is replicated.
+    Sharding: B may be sharded; the new state is replicated.
   """
-  chex.assert_rank([tools, templates, mask, scores, task_emb], [2, 2, 2, 1, 2])
-  chex.assert_type([tools, templates, mask, scores, task_emb], [int, int, bool, float, float])
+  chex.assert_rank([tools, templates, mask, scores, task_ids], [2, 2, 2, 1, 1])
+  chex.assert_type([tools, templates, mask, scores, task_ids], [int, int, bool, float, int])
   chex.assert_equal_shape([tools, templates, mask])
-  chex.assert_equal_shape_prefix([tools, scores, task_emb], 1)
-  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
+  chex.assert_equal_shape_prefix([tools, scores, task_ids], 1)
   rule.check_rate("pheromone.rho", rho)
   rule.check_rate("pheromone.arg_rho", arg_rho)
   rule.check_bounds(tau_min, tau_max)
   _check_same_rates(state, rho, arg_rho)
   state = _check_state(state)
-  tools, templates, mask, scores, task_emb = map(
-      jnp.asarray, (tools, templates, mask, scores, task_emb))
+  tools, templates, mask, scores, task_ids = map(
+      jnp.asarray, (tools, templates, mask, scores, task_ids))
   n = state.tau.shape[1]
   tools = tools.astype(jnp.int32)
   prev = jnp.concatenate([jnp.full_like(tools[:, :1], n), tools[:, :-1]], axis=1)
@@ -450,7 +435,7 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
   tau_arg, tau_arg_step = _lazy_write(state.tau_arg, state.tau_arg_step, now, new_arg_rho,
                                       flat_arg, amount_arg, tau_min=tau_min, tau_max=tau_max)
 
-  bank = memory_bank.write(state, prev, tools, mask, scores, task_emb, num_tools=n,
+  bank = memory_bank.write(state, prev, tools, mask, scores, task_ids.astype(jnp.int32),
                            bank_min_score=bank_min_score)
   return PheromoneState(
       tau=tau,
@@ -463,15 +448,15 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
       arg_rho=new_arg_rho)
 
 
-def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex.Array, *, w,
+def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex.Array | None, *, w,
                    kappa, top_k_similar: int, tau_min, tau_max, dep_units: str = "tau_range",
-                   max_evidence: int = 256, bank_sim: chex.Array | None = None) -> jax.Array:
+                   sim_threshold=0.0) -> jax.Array:
   """Fused pheromone tau(prev, . | x) over all next tools, one row per rollout.
 
     tau_ij(x) = clip((1 - w c_ij(x)) tau_agn(i, j) + w c_ij(x) tau_dep_ij(x), tau_min, tau_max)
   with i = prev_b, c_ij the confidence and tau_dep_ij the task-dependent pheromone of the memory bank
   (`phgpo.memory_bank.dependent_pheromone`, formulas in phgpo/memory_bank.py). A task with no similar history
-  (c = 0) gets tau_agn exactly. tau_agn is the effective (lazily evaporated) value,
+  (c = 0: no bank entry at or above the similarity threshold) gets tau_agn exactly. tau_agn is the effective (lazily evaporated) value,
   `effective_tau(state)[i]`, gathered for the B rows only.
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", task-dependent pheromone and fusion).
 
@@ -479,34 +464,34 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
     state: `PheromoneState`.
     prev_tools: i32[B], previous tool per rollout, START = N at step 0; values outside [0, N]
       are clamped (not checked under jit).
-    task_emb: f32[B, D], task embedding per rollout (normalised here).
+    task_sim: f32[B, T], `bank_similarity(task_keys, task_emb)`: the cosine similarity of each rollout's
+      task to every task row the bank may name (computed once per episode). May be None when w is a
+      Python 0.
     w: task weight in [0, 1] (ramped by the curriculum up to config `pheromone.w_max`).
       A Python 0 skips the bank lookup entirely.
     kappa: > 0, confidence half-saturation in summed similarity (config `pheromone.kappa`).
     top_k_similar: static, entries per edge used (config `pheromone.top_k_similar`).
+    sim_threshold: entries less similar than this are no evidence (config `pheromone.sim_threshold`).
     tau_min, tau_max: MAX-MIN bounds (the result always lies within them).
     dep_units: 'tau_range' or 'score' (static; config `pheromone.dep_units`, see phgpo/memory_bank.py).
-    max_evidence: static, entries considered per row (config `pheromone.max_evidence`).
-    bank_sim: optional f32[B, C] from `bank_similarity(state, task_emb)`, to reuse across steps.
   Returns:
     f32[B, N] fused pheromone in [tau_min, tau_max]; log of it is finite.
   Raises:
     AssertionError at trace time on wrong ranks or dtypes; ValueError on bad static options.
   Notes:
-    Cost O(B N) for the rows, O(B C D) for the similarities plus O(B (C + max_evidence^2)).
+    Cost O(B N M) (M = entries per edge).
     No rho argument: the rate is the state's own (`state.rho`). The bank is replicated;
     the result is sharded like prev_tools.
   """
-  chex.assert_rank([prev_tools, task_emb], [1, 2])
-  chex.assert_type([prev_tools, task_emb], [int, float])
-  chex.assert_equal_shape_prefix([prev_tools, task_emb], 1)
-  chex.assert_axis_dimension(task_emb, 1, state.bank_emb.shape[1])
+  chex.assert_rank(prev_tools, 1)
+  chex.assert_type(prev_tools, int)
   rule.check_bounds(tau_min, tau_max)
   if dep_units not in DEP_UNITS:
     raise ValueError(f"pheromone.dep_units must be one of {DEP_UNITS}, got {dep_units!r}.")
-  if int(top_k_similar) < 1 or int(max_evidence) < 1:
-    raise ValueError(f"pheromone.top_k_similar and pheromone.max_evidence must be >= 1, got "
-                     f"{top_k_similar}, {max_evidence}.")
+  if int(top_k_similar) < 1:
+    raise ValueError(f"pheromone.top_k_similar must be >= 1, got {top_k_similar}.")
+  if rule.is_static(sim_threshold) and not 0.0 <= sim_threshold <= 1.0:
+    raise ValueError(f"pheromone.sim_threshold must lie in [0, 1], got {sim_threshold}.")
   if rule.is_static(kappa) and kappa <= 0:
     raise ValueError(f"pheromone.kappa must be > 0, got {kappa}.")
   state = _check_state(state)
@@ -518,10 +503,14 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_emb: chex
     return jnp.clip(tau_agn, tau_min, tau_max)
 
   prev = jnp.clip(prev_tools.astype(jnp.int32), 0, n)
-  sim = bank_similarity(state, task_emb) if bank_sim is None else jnp.asarray(bank_sim)
+  if task_sim is None:
+    raise ValueError("pheromone_rows needs task_sim (memory_bank.bank_similarity) when w is not a Python 0.")
+  task_sim = jnp.asarray(task_sim)
+  chex.assert_rank(task_sim, 2)
+  chex.assert_equal_shape_prefix([prev_tools, task_sim], 1)
   conf, tau_dep = memory_bank.dependent_pheromone(
-      state, prev, sim, num_tools=n, kappa=kappa, top_k_similar=top_k_similar,
-      max_evidence=max_evidence, tau_min=tau_min, tau_max=tau_max, dep_units=dep_units)
+      state, prev, task_sim, kappa=kappa, top_k_similar=top_k_similar, sim_threshold=sim_threshold,
+      tau_min=tau_min, tau_max=tau_max, dep_units=dep_units)
   wc = w * conf
   fused = (1.0 - wc) * tau_agn + wc * tau_dep
   return jnp.clip(fused, tau_min, tau_max)

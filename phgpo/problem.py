@@ -50,16 +50,24 @@ def status_code(status: str) -> int:
   return policy_lib.STATUS_CODES.get(status, policy_lib.STATUS_CODES["invalid"])
 
 
-def prepare_problem(config: ml_collections.ConfigDict) -> Problem:
+def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") -> Problem:
   """Loads TRAJECT-Bench, splits it, builds the graph from the training split and embeds all texts.
 
+  Args:
+    config: the PhGPO config (its data, graph, env and encoder sections).
+    split: 'random' (the authors' stratified query split, `phgpo.data.split_tasks`) or 'chain' (whole tool
+      chains held out, `phgpo.data.split_tasks_by_chain`); one entry of config `splits`.
+
   Raises:
+    ValueError: an unknown split.
     FileNotFoundError: the data is neither at ../shared/data/traject_bench nor at `config.data.path`
       (the message says what to download and where).
   """
   from common import encoder as encoder_lib  # pylint: disable=g-import-not-at-top
   from phgpo import features  # pylint: disable=g-import-not-at-top
 
+  if split not in data_lib.SPLITS:
+    raise ValueError(f"unknown split {split!r} (config splits); valid: {list(data_lib.SPLITS)}")
   root = data_lib.find_traject_bench(config.data.path or None)
   logging.warning("TRAJECT-Bench data from %s", root)
   tasks = data_lib.load_tasks(root, domains=list(config.data.domains) or None)
@@ -67,7 +75,8 @@ def prepare_problem(config: ml_collections.ConfigDict) -> Problem:
     rng = np.random.default_rng(config.data.split_seed)
     keep = np.sort(rng.permutation(len(tasks))[: config.data.max_tasks])
     tasks = [tasks[i] for i in keep]
-  train_tasks, eval_tasks = data_lib.split_tasks(
+  split_fn = data_lib.split_tasks if split == "random" else data_lib.split_tasks_by_chain
+  train_tasks, eval_tasks = split_fn(
       tasks, held_out_fraction=config.data.held_out_fraction, seed=config.data.split_seed)
   pos = {t.task_id: i for i, t in enumerate(tasks)}
   train_idx = np.array([pos[t.task_id] for t in train_tasks], np.int64)

@@ -30,41 +30,8 @@ def _row_gumbel(key: jax.Array, batch: int, width: int) -> jax.Array:
   return jax.vmap(lambda k: jax.random.gumbel(k, (width,), jnp.float32))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("top_k",))
-def sample_tools(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *,
-                 top_k: int = 20, temperature=0.7, beta=0.0,
-                 valid_mask: chex.Array | None = None) -> tuple[jax.Array, jax.Array]:
-  """Samples one tool per rollout from the pheromone-re-weighted top-K of the policy.
-
-  log pi = log_softmax(logits) over the valid tools; C = top-K of logits among valid tools;
-  score(a) = log pi(a) + beta * log_prior(a) for a in C;
-  a ~ softmax(score / T) over C for T > 0 (Gumbel-max: argmax(score + T g), g ~ Gumbel(0, 1)),
-  a = argmax score over C for T <= 0 (no division by T anywhere).
-  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", "Sampling"); published defaults K = 20,
-  T = 0.7, beta ramped to beta_max = 0.7. The temperature divides the whole score, prior
-  included, as the SPEC writes it (the authors' code tempers only the policy term).
-
-  Args:
-    key: PRNG key; split into B per-rollout keys.
-    logits: f32[B, N], policy logits over all tools; -inf or NaN marks an invalid tool.
-    log_prior: f32[B, N], log tau(a_{t-1}, . | x), e.g. log of `phgpo.pheromone.pheromone_rows`.
-      Ignored (never multiplied) when beta == 0, so it may then hold anything.
-    top_k: K (static, config `sampling.top_k`); K > N uses all N tools.
-    temperature: T (config `sampling.temperature`; `eval.temperature` when evaluating); may be
-      traced. T <= 0 takes the argmax.
-    beta: prior weight (ramped by the curriculum to config `pheromone.beta_max`); may be traced.
-      beta = 0 samples the policy's own top-K distribution at temperature T.
-    valid_mask: optional bool[B, N], tools allowed at this step (False excluded).
-  Returns:
-    tools: i32[B], the sampled tool, or -1 (`NO_CANDIDATE`) for a row without any valid
-      candidate (never 0 by default).
-    has_candidate: bool[B], False exactly where tools == -1.
-  Raises:
-    AssertionError at trace time on wrong ranks, shapes or dtypes; ValueError if top_k < 1.
-  Notes:
-    Rows are independent: B may be sharded. Ties at T <= 0 go to the higher logit, then the
-    lower tool index (the order of `jax.lax.top_k`).
-  """
+def _sample_tools(key, logits, log_prior, *, top_k, temperature, beta, valid_mask, with_logp):
+  """`sample_tools`, plus the behaviour log-probability when with_logp (static); see the public docstrings."""
   chex.assert_rank([logits, log_prior], 2)
   chex.assert_type([logits, log_prior], float)
   chex.assert_equal_shape([logits, log_prior])
@@ -100,7 +67,89 @@ def sample_tools(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *
   perturbed = jnp.where(ok, score + noise_scale * _row_gumbel(key, b, k), -jnp.inf)
   pick = jnp.argmax(perturbed, axis=-1)
   tools = jnp.take_along_axis(cand, pick[:, None], axis=-1)[:, 0].astype(jnp.int32)
-  return jnp.where(has_candidate, tools, NO_CANDIDATE), has_candidate
+  tools = jnp.where(has_candidate, tools, NO_CANDIDATE)
+  if not with_logp:
+    return tools, has_candidate, None
+  # log softmax(score / T) over the candidates, at the pick; 0 for T <= 0 (argmax) or no candidate.
+  sampled = has_candidate & (temperature > 0)
+  z = jnp.where(ok, score / jnp.where(temperature > 0, temperature, 1.0), -jnp.inf)
+  z_max = jnp.where(has_candidate, jnp.max(z, axis=-1), 0.0)
+  log_z = z_max + jnp.log(jnp.sum(jnp.where(ok, jnp.exp(z - z_max[:, None]), 0.0), axis=-1))
+  z_pick = jnp.take_along_axis(z, pick[:, None], axis=-1)[:, 0]
+  logp = jnp.where(sampled, jnp.where(sampled, z_pick, 0.0) - jnp.where(sampled, log_z, 0.0), 0.0)
+  return tools, has_candidate, logp
+
+
+@functools.partial(jax.jit, static_argnames=("top_k",))
+def sample_tools(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *,
+                 top_k: int = 20, temperature=0.7, beta=0.0,
+                 valid_mask: chex.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """Samples one tool per rollout from the pheromone-re-weighted top-K of the policy.
+
+  log pi = log_softmax(logits) over the valid tools; C = top-K of logits among valid tools;
+  score(a) = log pi(a) + beta * log_prior(a) for a in C;
+  a ~ softmax(score / T) over C for T > 0 (Gumbel-max: argmax(score + T g), g ~ Gumbel(0, 1)),
+  a = argmax score over C for T <= 0 (no division by T anywhere).
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", "Sampling"); published defaults K = 20,
+  T = 0.7, beta ramped to beta_max = 0.7. The temperature divides the whole score, prior
+  included, as the SPEC writes it (the authors' code tempers only the policy term).
+
+  Args:
+    key: PRNG key; split into B per-rollout keys.
+    logits: f32[B, N], policy logits over all tools; -inf or NaN marks an invalid tool.
+    log_prior: f32[B, N], log tau(a_{t-1}, . | x), e.g. log of `phgpo.pheromone.pheromone_rows`.
+      Ignored (never multiplied) when beta == 0, so it may then hold anything.
+    top_k: K (static, config `sampling.top_k`); K > N uses all N tools.
+    temperature: T (config `sampling.temperature`; `eval.temperature` when evaluating); may be
+      traced. T <= 0 takes the argmax.
+    beta: prior weight (ramped by the curriculum to config `pheromone.beta_max`); may be traced.
+      beta = 0 samples the policy's own top-K distribution at temperature T.
+    valid_mask: optional bool[B, N], tools allowed at this step (False excluded).
+  Returns:
+    tools: i32[B], the sampled tool, or -1 (`NO_CANDIDATE`) for a row without any valid
+      candidate (never 0 by default).
+    has_candidate: bool[B], False exactly where tools == -1.
+  Raises:
+    AssertionError at trace time on wrong ranks, shapes or dtypes; ValueError if top_k < 1.
+  Notes:
+    Rows are independent: B may be sharded. Ties at T <= 0 go to the higher logit, then the
+    lower tool index (the order of `jax.lax.top_k`).
+  """
+  tools, has_candidate, _ = _sample_tools(key, logits, log_prior, top_k=top_k, temperature=temperature,
+                                         beta=beta, valid_mask=valid_mask, with_logp=False)
+  return tools, has_candidate
+
+
+@functools.partial(jax.jit, static_argnames=("top_k",))
+def sample_tools_with_logp(key: chex.PRNGKey, logits: chex.Array, log_prior: chex.Array, *,
+                           top_k: int = 20, temperature=0.7, beta=0.0,
+                           valid_mask: chex.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`sample_tools`, plus the log-probability of each draw under the distribution it was drawn from.
+
+  The same draw as `sample_tools` for the same arguments (same key, same tools), and
+    mu(a) = softmax(score / T)[a] over the candidates C, score = log pi + beta * log_prior (as in `sample_tools`),
+    logp_behaviour = log mu(a) = score(a) / T - logsumexp_{c in C} score(c) / T   for T > 0,
+  the behaviour policy of off-policy corrections such as the truncated importance weight
+  `phgpo.objective.truncated_is_weight` (config `rl.tis_cap`): the PG ratio uses pi_theta at temperature 1
+  over all tools, while the actions come from mu.
+  Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO", "Sampling"). The authors' released training script
+  keeps the analogous quantity (the log of its fused top-K probability) as the action's old log-prob.
+
+  Args:
+    key, logits, log_prior, top_k, temperature, beta, valid_mask: as in `sample_tools`.
+  Returns:
+    tools: i32[B], as `sample_tools`.
+    has_candidate: bool[B], as `sample_tools`.
+    logp_behaviour: f32[B], log mu(tools) <= 0; exactly 0 where T <= 0 (the argmax is deterministic:
+      mu(a) = 1) and where has_candidate is False. exp(log_softmax) sums to 1 over C.
+  Raises:
+    AssertionError at trace time on wrong ranks, shapes or dtypes; ValueError if top_k < 1.
+  Notes:
+    Rows are independent: B may be sharded. No gradient is meant to flow through logp_behaviour (it is
+    a sampling-time constant).
+  """
+  return _sample_tools(key, logits, log_prior, top_k=top_k, temperature=temperature, beta=beta,
+                       valid_mask=valid_mask, with_logp=True)
 
 
 @jax.jit

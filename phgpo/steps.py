@@ -49,7 +49,7 @@ def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_
   return pher_lib.init_pheromone(
       len(g.tool_names), g.template_mask.shape[1], tau_init=pc.tau_init, tau_min=pc.tau_min,
       tau_max=pc.tau_max, template_mask=jnp.asarray(g.template_mask),
-      bank_capacity=pc.bank_capacity, embed_dim=problem.query_emb.shape[1],
+      bank_per_edge=pc.bank_per_edge,
       edge_mask=jnp.asarray(g.edge_mask))
 
 
@@ -89,14 +89,15 @@ class Compiled:
   """The jit-compiled decision and update functions for one policy and config.
 
   Attributes:
-    decide(params, pher, batch, prev, task_emb, bank_sim, key, beta, w, temperature) -> objective.Decision
-    bank_similarity(pher, task_emb) -> f32[B, C]
-    rl_update(params, opt_state, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp,
-      sl_weight, kl_coef) -> (params, opt_state, aux)      (`phgpo.objective.phgpo_loss`)
+    decide(params, pher, batch, prev, task_sim, key, beta, w, temperature) -> objective.Decision
+    task_similarity(task_idx) -> f32[B, T]: cosine similarity of the tasks' queries to every task's query,
+      the memory bank's evidence weights (`phgpo.memory_bank.bank_similarity`)
+    rl_update(params, opt_state, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_labels,
+      is_weight, sl_weight, kl_coef) -> (params, opt_state, aux)      (`phgpo.objective.phgpo_loss`)
     logp_of(params, flat_batch, actions) -> f32[B, H]      (`phgpo.objective.action_log_probs`)
     sl_update(params, opt_state, batch, labels, mask) -> (params, opt_state, aux)
       (`phgpo.objective.warmup_loss`)
-    pher_update(pher, tools, templates, mask, scores, task_emb) -> PheromoneState (state donated)
+    pher_update(pher, tools, templates, mask, scores, task_ids) -> PheromoneState (state donated)
   """
 
   def __init__(self, config: ml_collections.ConfigDict, policy: policy_lib.ToolPolicy, problem: Problem):
@@ -108,7 +109,7 @@ class Compiled:
     pc, rc = config.pheromone, config.rl
     decide_hp = dict(top_k=config.sampling.top_k, kappa=pc.kappa, top_k_similar=pc.top_k_similar,
                      tau_min=pc.tau_min, tau_max=pc.tau_max, dep_units=pc.dep_units,
-                     max_evidence=pc.max_evidence)
+                     sim_threshold=pc.sim_threshold, first_step_pheromone=pc.first_step)
     loss_hp = dict(entropy_coef=rc.entropy_coef, clip_low=rc.clip_low, clip_high=rc.clip_high,
                    agg_mode=rc.agg_mode)
     pher_hp = dict(rho=pc.rho, alpha=pc.alpha, tau_min=pc.tau_min, tau_max=pc.tau_max, arg_rho=pc.arg_rho,
@@ -116,14 +117,15 @@ class Compiled:
     self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip, policy)
     self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip, policy)
 
-    def decide(params, pher, batch, prev, task_emb, bank_sim, key, beta, w, temperature):
-      return objective.decide(key, policy.apply(params, batch), pher, prev, task_emb, self.template_mask,
-                              beta=beta, w=w, temperature=temperature, bank_sim=bank_sim, **decide_hp)
+    def decide(params, pher, batch, prev, task_sim, key, beta, w, temperature):
+      return objective.decide(key, policy.apply(params, batch), pher, prev, task_sim, self.template_mask,
+                              beta=beta, w=w, temperature=temperature, **decide_hp)
 
-    def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_weight,
-                kl_coef):
+    def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_labels, is_weight,
+                sl_weight, kl_coef):
       return objective.phgpo_loss(policy.apply(params, flat_batch), actions, logp_old, adv, pg_mask,
-                                  sl_mask, ref_logp, sl_weight=sl_weight, kl_coef=kl_coef, **loss_hp)
+                                  sl_mask, ref_logp, sl_weight=sl_weight, kl_coef=kl_coef, sl_labels=sl_labels,
+                                  is_weight=is_weight, **loss_hp)
 
     def rl_update(params, opt_state, *args):
       (_, aux), grads = jax.value_and_grad(rl_loss, has_aux=True)(params, *args)
@@ -142,11 +144,14 @@ class Compiled:
       updates, opt_state = self.warmup_optimizer.update(grads, opt_state, params)
       return optax.apply_updates(params, updates), opt_state, aux
 
-    def pher_update(pher, tools, templates, mask, scores, task_emb):
-      return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_emb, **pher_hp)
+    def pher_update(pher, tools, templates, mask, scores, task_ids):
+      return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_ids, **pher_hp)
+
+    task_keys = jnp.asarray(problem.query_emb, jnp.float32)
+    sim_of = jax.jit(lambda q: pher_lib.bank_similarity(task_keys, q))
+    self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]))
 
     self.decide = jax.jit(decide)
-    self.bank_similarity = jax.jit(pher_lib.bank_similarity)
     self.rl_update = jax.jit(rl_update)
     self.logp_of = jax.jit(logp_of)
     self.sl_update = jax.jit(sl_update)
@@ -179,8 +184,13 @@ def warmup_step(compiled: Compiled, state: TrainState, problem: Problem, decisio
 
 def rl_step(compiled: Compiled, state: TrainState, problem: Problem, rb: classifier_rollout.RolloutBatch,
             *, group_ids: np.ndarray, num_groups: int, sl_weight: float, ref_params,
-            step: int) -> tuple[TrainState, dict]:
+            step: int, frozen: bool = False) -> tuple[TrainState, dict]:
   """One RL update from scored rollouts: GRPO advantages, `rl.epochs` passes of the PhGPO loss, pheromone.
+
+  The SL term covers the teacher-forced decisions (config `rl.sl_steps` = 'teacher_forced', ours) or, with
+  'all' (the authors'), the gold tool at every executed step that has one. With `rl.tis_cap` > 0 each
+  policy-gradient term is weighted by min(pi_old / mu, tis_cap), mu the pheromone-shaped sampling
+  distribution (`phgpo.objective.truncated_is_weight`); 0 (default) weights every term 1.
 
   Args:
     rb: the rollouts (B = num_groups * M trajectories).
@@ -189,6 +199,7 @@ def rl_step(compiled: Compiled, state: TrainState, problem: Problem, rb: classif
     sl_weight: lambda of this step (the curriculum's).
     ref_params: the KL reference policy (used when `rl.kl_coef` > 0).
     step: steps done before this one.
+    frozen: leave the pheromone (tables and memory bank) exactly as it is (config `pheromone.freeze_at`).
   Returns:
     (the new state with step = step + 1, aux of the last epoch on device).
   """
@@ -197,18 +208,29 @@ def rl_step(compiled: Compiled, state: TrainState, problem: Problem, rb: classif
       rc.advantage.estimator, jnp.asarray(rb.reward), jnp.asarray(np.asarray(group_ids, np.int32)),
       num_groups=num_groups,
       eps=rc.advantage.eps, ddof=rc.advantage.ddof)
-  q_emb = jnp.asarray(problem.query_emb[rb.task])
   flat = classifier_rollout.decision_batch(compiled.policy, rb.task, rb.tools, rb.status, rb.observations)
   args = (flat, jnp.asarray(rb.tools), jnp.asarray(rb.logp_old), adv, jnp.asarray(rb.pg_mask),
           jnp.asarray(rb.sl_mask))
   ref_logp = (compiled.logp_of(ref_params, flat, args[1]) if rc.kl_coef > 0
               else jnp.asarray(rb.logp_old))
+  sl_mask, sl_labels = rb.sl_mask, rb.tools
+  if rc.sl_steps == "all":
+    # The authors' SL term: the gold tool at every executed step that has one, own decisions included.
+    gold = problem.gold_tools[rb.task]
+    sl_mask = (rb.tools >= 0) & (gold >= 0)
+    sl_labels = np.where(sl_mask, gold, rb.tools)
+  is_weight = objective.truncated_is_weight(jnp.asarray(rb.logp_old), jnp.asarray(rb.logp_behaviour),
+                                            cap=float(rc.tis_cap))
+  args = args[:5] + (jnp.asarray(sl_mask),)
   params, opt_state = state.params, state.opt_state
   for _ in range(rc.epochs):
     params, opt_state, aux = compiled.rl_update(params, opt_state, *args, ref_logp,
+                                                jnp.asarray(sl_labels, jnp.int32), is_weight,
                                                 jnp.float32(sl_weight), jnp.float32(rc.kl_coef))
   exec_mask = jnp.asarray(rb.tools >= 0)
-  pher = compiled.pher_update(state.pheromone, jnp.asarray(rb.tools), jnp.asarray(rb.templates),
-                              exec_mask, jnp.asarray(rb.reward), q_emb)
+  pher = state.pheromone
+  if not frozen:
+    pher = compiled.pher_update(pher, jnp.asarray(rb.tools), jnp.asarray(rb.templates), exec_mask,
+                                jnp.asarray(rb.reward), jnp.asarray(np.asarray(rb.task, np.int32)))
   return state.replace(params=params, opt_state=opt_state, pheromone=pher,
                        step=jnp.asarray(step + 1, jnp.int32)), aux

@@ -1,4 +1,4 @@
-"""PhGPO training and evaluation on TRAJECT-Bench: warm-up, GRPO with pheromone-guided sampling, held-out table.
+"""PhGPO training and evaluation on TRAJECT-Bench: warm-up, GRPO with pheromone-guided sampling, the tables.
 
 Source: PhGPO, arXiv 2602.13691 (SPEC.md, PhGPO). One RL step:
   1. sample `rl.tasks_per_step` training tasks (only those within the curriculum's horizon);
@@ -12,9 +12,15 @@ Source: PhGPO, arXiv 2602.13691 (SPEC.md, PhGPO). One RL step:
   5. pheromone update from the scored trajectories: evaporation, deposit alpha * q, MAX-MIN clip, and
      memory-bank writes for the task-dependent pheromone (`phgpo.pheromone`, `phgpo.memory_bank`).
 
+Runs (config `runs`; `RUN_SPECS` says what each changes): 'nearest' (no training: copy the chain of the most
+similar training query), 'warmup' (stage 1 only), 'grpo_vanilla' (GRPO from the warm-up, no curriculum, beta
+= 0), 'grpo' (the curriculum with beta = 0), 'phgpo', and the ablation rows 'no_curriculum', 'rho0',
+'agnostic_only', 'frozen'. Every run of one (split, seed) starts from the same warm-up policy; each split
+(config `splits`: 'random', 'chain') has its own problem (the graph is built from its training tasks).
+
 Modules: `problem` (data, graph, embeddings, policy), `steps` (train state, jit-compiled functions, one
-update), `classifier_rollout` (episodes on the worker pool), `evaluation` (held-out metrics, table); this
-module only runs the stages: build state, loop, write metrics and checkpoints.
+update), `classifier_rollout` (episodes on the worker pool), `evaluation` (held-out metrics, tables), `analysis`
+(pictures); this module only runs the stages: build state, loop, write metrics, checkpoints and results.
 
 Host/device split: the decision function and the update are jit-compiled pure functions over padded
 arrays; the loop over turns and the environment calls are host Python, because the environment is an
@@ -23,26 +29,139 @@ external process in general (`common.envs.base.ToolEnv`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from typing import Callable
 
 import jax
+import ml_collections
 import numpy as np
 import tqdm
 
 from common import checkpoint as ckpt_lib
 from common import metric_writer
+from common import provenance
 from phgpo import classifier_rollout as rollout_lib
 from phgpo import curriculum
+from phgpo import data as data_lib
 from phgpo import evaluation
+from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
 from phgpo import steps
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
-RUN_KINDS = ("warmup", "grpo", "phgpo")
+# What each run changes in the config, applied by `run_config`. 'nearest' and 'warmup' train nothing after the
+# warm-up; the others run stages 2-3 from the warm-up policy.
+RUN_SPECS = {
+    "nearest": dict(kind="nearest"),
+    "warmup": dict(kind="warmup"),
+    "grpo_vanilla": dict(kind="rl", pheromone=False, curriculum=False),
+    "grpo": dict(kind="rl", pheromone=False, curriculum=True),
+    "phgpo": dict(kind="rl", pheromone=True, curriculum=True),
+    "no_curriculum": dict(kind="rl", pheromone=True, curriculum=False),
+    "rho0": dict(kind="rl", pheromone=True, curriculum=True, no_evaporation=True),
+    "agnostic_only": dict(kind="rl", pheromone=True, curriculum=True, task_dependent=False),
+    "frozen": dict(kind="rl", pheromone=True, curriculum=True, freeze=True),
+}
+RUN_KINDS = tuple(RUN_SPECS)
+# The rows of each table of config `table` (configs/phgpo_traject.py holds the same tuples); a run of a subset
+# writes results_<table>_<runs>.* beside the full table.
+TABLE_RUNS = {"main": ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo"),
+              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen")}
+SL_STEPS = ("teacher_forced", "all")
+
+
+def _split_commas(values) -> tuple:
+  """('a,b',) or 'a,b' -> ('a', 'b'): a comma-separated flag value read as one string."""
+  values = [values] if isinstance(values, str) else list(values)
+  out = []
+  for v in values:
+    out += [x.strip() for x in str(v).split(",") if x.strip()] if isinstance(v, str) else [v]
+  return tuple(out)
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the config key of a bad value; splits comma-separated run and split lists in place.
+
+  Checks `runs` (names of `RUN_SPECS`, no repeats), `splits` ('random', 'chain'), `seeds` (distinct
+  non-negative integers), `reference` (a run name, or ''), `rl.sl_steps`, `rl.tis_cap`, the curriculum floors,
+  `ablation.freeze_at` and `logging.pheromone_snapshots`.
+  """
+  with config.unlocked():
+    config.runs = _split_commas(config.runs)
+    config.splits = _split_commas(config.splits)
+    config.seeds = _split_commas(config.seeds)
+  bad = [r for r in config.runs if r not in RUN_SPECS]
+  if bad or not config.runs:
+    raise ValueError(f"config runs holds unknown run names {bad or '(none given)'}; valid: {list(RUN_SPECS)}")
+  if len(set(config.runs)) != len(config.runs):
+    raise ValueError(f"config runs repeats a run: {list(config.runs)}")
+  bad = [s for s in config.splits if s not in data_lib.SPLITS]
+  if bad or not config.splits or len(set(config.splits)) != len(config.splits):
+    raise ValueError(f"config splits must be distinct names out of {list(data_lib.SPLITS)}, got {list(config.splits)}")
+  try:
+    seeds = [int(s) for s in config.seeds]
+  except (TypeError, ValueError):
+    raise ValueError(f"config seeds must be non-negative integers, e.g. --config.seeds=0,1,2; got "
+                     f"{list(config.seeds)}") from None
+  if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds) or any(
+      isinstance(s, float) and s != int(s) for s in config.seeds):
+    raise ValueError(f"config seeds must be distinct non-negative integers, got {list(config.seeds)}")
+  with config.unlocked():
+    config.seeds = tuple(seeds)
+  if config.reference and config.reference not in RUN_SPECS:
+    raise ValueError(f"config reference {config.reference!r} is not a run name; valid: {list(RUN_SPECS)}, or '' for "
+                     "no paired differences (a reference outside config runs gives none either)")
+  if config.rl.sl_steps not in SL_STEPS:
+    raise ValueError(f"config rl.sl_steps must be one of {SL_STEPS}, got {config.rl.sl_steps!r}")
+  if not config.rl.tis_cap >= 0:
+    raise ValueError(f"config rl.tis_cap must be >= 0 (0 = no importance weight), got {config.rl.tis_cap}")
+  cc = config.curriculum
+  for key in ("lambda_floor", "p_tf_floor", "beta_start_fraction"):
+    if not 0.0 <= cc[key] <= 1.0:
+      raise ValueError(f"config curriculum.{key} must lie in [0, 1], got {cc[key]}")
+  if "frozen" in config.runs and not 0 <= config.ablation.freeze_at <= config.rl.steps:
+    raise ValueError(f"config ablation.freeze_at must lie in [0, rl.steps = {config.rl.steps}], got "
+                     f"{config.ablation.freeze_at}")
+  snaps = list(config.logging.pheromone_snapshots)
+  if any(int(k) != k or not 0 <= k <= config.rl.steps for k in snaps):
+    raise ValueError(f"config logging.pheromone_snapshots must be RL steps in [0, {config.rl.steps}], got {snaps}")
+  if not 0.0 <= config.pheromone.sim_threshold <= 1.0:
+    raise ValueError(f"config pheromone.sim_threshold must lie in [0, 1], got {config.pheromone.sim_threshold}")
+
+
+def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
+  """The config one RL run trains with: `config` with its `RUN_SPECS` entry applied.
+
+  beta = 0 runs set pheromone.beta_max = pheromone.w_max = 0 (the pheromone is still updated, never used);
+  no-curriculum runs set curriculum.steps = 0 (stage 3 from the first step: no teacher forcing, no SL term,
+  full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
+  'frozen' sets pheromone.freeze_at = ablation.freeze_at.
+
+  Raises:
+    ValueError: an unknown run name.
+  """
+  if run not in RUN_SPECS:
+    raise ValueError(f"unknown run {run!r}; valid: {list(RUN_SPECS)}")
+  spec = RUN_SPECS[run]
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  if not spec.get("pheromone", True):
+    cfg.pheromone.beta_max = 0.0
+    cfg.pheromone.w_max = 0.0
+  if not spec.get("curriculum", True):
+    cfg.curriculum.steps = 0
+  if spec.get("no_evaporation"):
+    cfg.pheromone.rho = 0.0
+    cfg.pheromone.arg_rho = 0.0
+  if spec.get("task_dependent") is False:
+    cfg.pheromone.w_max = 0.0
+  if spec.get("freeze"):
+    cfg.pheromone.freeze_at = int(config.ablation.freeze_at)
+  cfg.lock()
+  return cfg
 
 
 def _progress(total: int, initial: int, desc: str, enabled: bool):
@@ -102,32 +221,68 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
   return state
 
 
+def _snapshot(config, workdir: str, step: int, pher) -> None:
+  """Writes the effective task-agnostic pheromone f32[N+1, N] after `step` RL updates to
+  `<workdir>/pheromone/tau_step_<step>.npy` when `step` is one of config `logging.pheromone_snapshots`."""
+  if step not in tuple(config.logging.pheromone_snapshots):
+    return
+  folder = os.path.join(workdir, "pheromone")
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, f"tau_step_{step}.npy")
+  tau = np.asarray(jax.device_get(pher_lib.effective_tau(pher, tau_min=config.pheromone.tau_min)), np.float32)
+  with open(path + ".tmp", "wb") as f:
+    np.save(f, tau)
+  os.replace(path + ".tmp", path)
+
+
+def first_success_summary(first: dict[str, int], visited: set[str] | list[str]) -> dict:
+  """{'median_steps': median RL step (1-based) of each visited task's first successful rollout, or None;
+  'fraction': share of visited training tasks with a successful rollout; 'visited': count}."""
+  visited = set(visited)
+  hits = [first[t] for t in visited if t in first]
+  return {"median_steps": float(np.median(hits)) if hits else None,
+          "fraction": len(hits) / len(visited) if visited else 0.0, "visited": len(visited)}
+
+
 def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int, init_params,
-           beta_max: float, w_max: float, progress: bool = True, stop_after: int | None = None) -> TrainState:
-  """Stages 2 and 3: mixed curriculum then GRPO with pheromone-guided sampling (beta_max = 0: plain GRPO).
+           progress: bool = True, stop_after: int | None = None, desc: str = "rl") -> TrainState:
+  """Stages 2 and 3: the mixed curriculum, then GRPO with pheromone-guided sampling.
+
+  The run's pheromone weights are its config's `pheromone.beta_max` and `pheromone.w_max` (0: plain GRPO; see
+  run_config). The pheromone stops changing after `pheromone.freeze_at` RL steps when that is >= 0. Writes
+  the effective pheromone at the steps of `logging.pheromone_snapshots`, and `first_success.json`: for each
+  training task visited, the RL step (1-based) of its first rollout with match ratio >= `eval.success_threshold`
+  (teacher-forced steps included).
 
   Args:
+    config: the run's config (from run_config).
     init_params: the warm-up policy's parameters (also the KL reference when rl.kl_coef > 0).
-    beta_max, w_max: pheromone weights reached at the end of the curriculum.
     stop_after: stop (after saving) once this many steps are done; used to test kill-and-resume.
+    desc: progress-bar label.
 
   Returns:
     The final train state.
   """
   os.makedirs(workdir, exist_ok=True)
-  rc, cc = config.rl, config.curriculum
+  rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                            params=init_params)
   ck, state, start, writer = _open_run(config, workdir, state)
+  fs_path = os.path.join(workdir, "first_success.json")
+  fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": []}
+  first, visited = dict(fs["first"]), set(fs["visited"])
   m = rc.rollouts_per_task
   envs = rollout_lib.make_envs(config, problem, rc.tasks_per_step * m)
   try:
     train_len = problem.gold_len[problem.train_idx]
-    bar = _progress(rc.steps, start, f"{'phgpo' if beta_max > 0 else 'grpo'} seed {seed}", progress)
+    bar = _progress(rc.steps, start, f"{desc} seed {seed}", progress)
     for step in range(start, rc.steps):
+      if pc.beta_max > 0:
+        _snapshot(config, workdir, step, state.pheromone)
       sv = curriculum.stage_values(
           step, curriculum_steps=cc.steps, lambda_start=cc.lambda_start, p_tf_start=cc.p_tf_start,
-          horizon_start=cc.horizon_start, max_steps=config.env.max_steps, beta_max=beta_max, w_max=w_max)
+          horizon_start=cc.horizon_start, max_steps=config.env.max_steps, beta_max=pc.beta_max, w_max=pc.w_max,
+          lambda_floor=cc.lambda_floor, p_tf_floor=cc.p_tf_floor, beta_start_fraction=cc.beta_start_fraction)
       rng = np.random.default_rng([seed, 2, step])
       tasks = curriculum.tasks_within_horizon(problem.train_idx, train_len, rng, horizon=sv.horizon,
                                               count=rc.tasks_per_step)
@@ -136,23 +291,35 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
           compiled, state.params, state.pheromone, problem, envs, np.repeat(tasks, m), key, beta=sv.beta,
           w=sv.w, temperature=config.sampling.temperature, p_tf=sv.p_tf, tf_rng=rng, reward_kind=rc.reward,
           success_threshold=config.eval.success_threshold)
+      frozen = 0 <= pc.freeze_at <= step
       state, aux = steps.rl_step(compiled, state, problem, rb, group_ids=np.repeat(np.arange(len(tasks)), m),
                                  num_groups=len(tasks), sl_weight=sv.sl_weight, ref_params=init_params,
-                                 step=step)
+                                 step=step, frozen=frozen)
+      mr = rollout_lib.score_trajectories(rb.tools, rb.length, problem.gold_tools[rb.task],
+                                          problem.gold_len[rb.task], kind="match_ratio",
+                                          horizon=problem.gold_tools.shape[1])
+      for i, t in enumerate(rb.task):
+        tid = problem.tasks[int(t)].task_id
+        visited.add(tid)
+        if mr[i] >= config.eval.success_threshold and tid not in first:
+          first[tid] = step + 1
+      _write_json(fs_path, {"first": first, "visited": sorted(visited)})
       if _log_now(config, step, rc.steps):
         aux = jax.device_get(aux)
         row = {f"rl/{k}": v for k, v in aux.items()}
-        row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(rb.reward.mean())
-                    if rc.reward == "match_ratio" else float("nan"), "rl/beta": sv.beta, "rl/w": sv.w,
-                    "rl/p_tf": sv.p_tf, "rl/sl_weight": sv.sl_weight, "rl/horizon": sv.horizon,
-                    "rl/stage": sv.stage, "rl/mean_length": float(rb.length.mean())})
+        row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(mr.mean()), "rl/beta": sv.beta,
+                    "rl/w": sv.w, "rl/p_tf": sv.p_tf, "rl/sl_weight": sv.sl_weight, "rl/horizon": sv.horizon,
+                    "rl/stage": sv.stage, "rl/mean_length": float(rb.length.mean()), "rl/frozen": float(frozen)})
         writer.write(step + 1, row)
-        bar.set_postfix(loss=f"{float(aux['loss']):.3f}", match=f"{float(rb.reward.mean()):.3f}")
+        bar.set_postfix(loss=f"{float(aux['loss']):.3f}", match=f"{float(mr.mean()):.3f}")
       ck.maybe_save(step + 1, state, force=step + 1 == rc.steps)
       bar.update(1)
       if stop_after is not None and step + 1 >= stop_after:
         ck.save(step + 1, state)
         break
+    else:
+      if pc.beta_max > 0:
+        _snapshot(config, workdir, rc.steps, state.pheromone)
   finally:
     envs.close()
   bar.close()
@@ -161,77 +328,162 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   return state
 
 
-def run_seed(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int,
-             progress: bool = True) -> dict:
-  """Warm-up, then GRPO (beta = 0) and PhGPO from the same warm-up policy; held-out metrics of each.
+class _CompiledCache:
+  """One `Compiled` per distinct pheromone/loss hyper-parameter set (runs differing only in beta, w, the
+  curriculum or freezing share one; 'rho0' gets its own, since the update binds rho)."""
 
-  Each run's results are written to `<workdir>/seed_<s>/<run>/results.json`; a finished run is not
-  repeated, an unfinished one resumes from its latest checkpoint.
+  def __init__(self, policy, problem: Problem):
+    self.policy, self.problem, self.cache = policy, problem, {}
 
-  Returns:
-    {run kind: metrics dict}.
-  """
-  out = {}
-  base = os.path.join(workdir, f"seed_{seed}")
-  wdir = os.path.join(base, "warmup")
-  res_path = os.path.join(wdir, "results.json")
-  warm = run_warmup(config, problem, compiled, wdir, seed=seed, progress=progress)
-  if "warmup" in config.runs:
-    if os.path.exists(res_path):
-      out["warmup"] = json.load(open(res_path))
-    else:
-      out["warmup"] = evaluation.evaluate(config, compiled, warm.params, warm.pheromone, problem, beta=0.0,
-                                          w=0.0, seed=seed)
-      _write_json(res_path, out["warmup"])
-  pc = config.pheromone
-  for kind, beta_max, w_max in (("grpo", 0.0, 0.0), ("phgpo", pc.beta_max, pc.w_max)):
-    if kind not in config.runs:
-      continue
-    rdir = os.path.join(base, kind)
-    res_path = os.path.join(rdir, "results.json")
-    if os.path.exists(res_path):
-      out[kind] = json.load(open(res_path))
-      continue
-    t0 = time.time()
-    st = run_rl(config, problem, compiled, rdir, seed=seed, init_params=warm.params,
-                beta_max=beta_max, w_max=w_max, progress=progress)
-    res = evaluation.evaluate(config, compiled, st.params, st.pheromone, problem, beta=beta_max, w=w_max,
-                              seed=seed)
-    if beta_max > 0:
-      # The same policy decoded without the pheromone: what the network itself learned.
-      res["policy_only"] = evaluation.evaluate(config, compiled, st.params, st.pheromone, problem, beta=0.0,
-                                               w=0.0, seed=seed)
-    res["train_seconds"] = time.time() - t0
-    _write_json(res_path, res)
-    out[kind] = res
+  @staticmethod
+  def _key(cfg) -> str:
+    keep = {k: v for k, v in cfg.pheromone.to_dict().items() if k not in ("beta_max", "w_max", "freeze_at")}
+    return json.dumps([keep, cfg.rl.to_dict(), cfg.sampling.to_dict()], sort_keys=True)
+
+  def put(self, cfg, compiled: Compiled) -> None:
+    self.cache[self._key(cfg)] = compiled
+
+  def get(self, cfg) -> Compiled:
+    key = self._key(cfg)
+    if key not in self.cache:
+      self.cache[key] = Compiled(cfg, self.policy, self.problem)
+    return self.cache[key]
+
+
+def _strip(res: dict) -> dict:
+  """A results dict without its per-task lists (for the summary files)."""
+  out = {k: v for k, v in res.items() if k != "per_task"}
+  if isinstance(out.get("policy_only"), dict):
+    out["policy_only"] = _strip(out["policy_only"])
   return out
 
 
-def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
-  """The main job: for each seed, warm-up / GRPO / PhGPO; prints and saves the held-out table and plot.
+def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, workdir: str, *, seed: int,
+             progress: bool = True) -> dict:
+  """The runs of config `runs` for one seed of one split, all RL runs from the same warm-up policy.
+
+  Each run's held-out metrics and per-task predictions go to `<workdir>/seed_<s>/<run>/results.json`; a
+  finished run is not repeated, an unfinished one resumes from its latest checkpoint.
 
   Returns:
-    {seed: {run kind: held-out metrics}}.
+    {run name: metrics dict (`phgpo.evaluation.evaluate`'s, plus 'first_success' and 'train_seconds' for RL
+    runs, and 'policy_only' for runs decoded with the pheromone)}.
   """
+  if isinstance(compiled, _CompiledCache):
+    cache = compiled
+  else:
+    cache = _CompiledCache(compiled.policy, problem)
+    cache.put(config, compiled)
+  base = os.path.join(workdir, f"seed_{seed}")
+  out = {}
+  warm = None
+  for run in config.runs:
+    rdir = os.path.join(base, run)
+    res_path = os.path.join(rdir, "results.json")
+    if os.path.exists(res_path):
+      with open(res_path) as f:
+        out[run] = json.load(f)
+      continue
+    spec = RUN_SPECS[run]
+    os.makedirs(rdir, exist_ok=True)
+    if spec["kind"] == "nearest":
+      res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
+      _write_json(res_path, res)
+      out[run] = res
+      continue
+    base_compiled = cache.get(config)
+    if warm is None:   # the warm-up's checkpoints live in seed_<s>/warmup whether or not it is a table row
+      warm = run_warmup(config, problem, base_compiled, os.path.join(base, "warmup"), seed=seed,
+                        progress=progress)
+    if spec["kind"] == "warmup":
+      res = evaluation.evaluate(config, base_compiled, warm.params, warm.pheromone, problem, beta=0.0, w=0.0,
+                                seed=seed)
+    else:
+      cfg = run_config(config, run)
+      comp = cache.get(cfg)
+      t0 = time.time()
+      st = run_rl(cfg, problem, comp, rdir, seed=seed, init_params=warm.params, progress=progress, desc=run)
+      pc = cfg.pheromone
+      res = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem, beta=pc.beta_max, w=pc.w_max,
+                                seed=seed)
+      if pc.beta_max > 0:
+        # The same policy decoded without the pheromone: what the network itself learned.
+        res["policy_only"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem, beta=0.0, w=0.0,
+                                                 seed=seed)
+      with open(os.path.join(rdir, "first_success.json")) as f:
+        fs = json.load(f)
+      res["first_success"] = first_success_summary(fs["first"], fs["visited"])
+      res["train_seconds"] = time.time() - t0
+    _write_json(res_path, res)
+    out[run] = res
+  return out
+
+
+def provenance_record(config, problem: Problem) -> dict:
+  """What a table was made from: the code's commit (`common.provenance.code_version`), the config, a sha256 of
+  the TRAJECT-Bench files read and one of the query and tool embeddings used (the embedding cache's content)."""
+  root = data_lib.find_traject_bench(config.data.path or None)
+  emb = hashlib.sha256(np.ascontiguousarray(problem.query_emb, np.float32).tobytes()
+                       + np.ascontiguousarray(problem.tool_emb, np.float32).tobytes()).hexdigest()
+  return {"code": provenance.code_version(), "config": json.loads(config.to_json_best_effort()),
+          "data": {"path": str(root), "sha256": provenance.data_fingerprint([str(root)]), "embeddings_sha256": emb}}
+
+
+def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
+  """The job: for each split and seed, the runs of config `runs`; prints and saves the table of config `table`.
+
+  Writes `<workdir>/<split>/seed_<s>/<run>/` (checkpoints, metrics, per-task results), and
+  `<workdir>/results_<table>.txt` / `.json` (the tables with paired intervals, the code's commit, the config,
+  the data and embedding hashes), plus the pictures of `phgpo.analysis.plot_all`. A subset of the table's
+  runs (e.g. --config.runs=warmup,phgpo) writes `results_<table>_<runs>.*` instead.
+
+  Returns:
+    {split: {seed: {run: held-out metrics}}}.
+
+  Raises:
+    ValueError: a bad config value (`check_config`), named by its key.
+  """
+  check_config(config)
   t0 = time.time()
-  problem = problem_lib.prepare_problem(config)
-  log(f"TRAJECT-Bench: {len(problem.tasks)} tasks ({len(problem.train_idx)} train, "
-      f"{len(problem.eval_idx)} held out), {len(problem.tool_specs)} tools, "
-      f"{int(problem.graph.edge_mask.sum())} graph edges; features ready in {time.time() - t0:.0f}s")
-  compiled = Compiled(config, problem_lib.make_policy(config, problem), problem)
-  results = {seed: run_seed(config, problem, compiled, workdir, seed=seed, progress=progress)
-             for seed in config.seeds}
-  table = evaluation.format_table(results, config.runs)
-  with open(os.path.join(workdir, "results_table.txt"), "w") as f:
-    f.write(table + "\n")
-  _write_json(os.path.join(workdir, "results.json"), {str(s): r for s, r in results.items()})
-  series = {f"{kind} s{seed}": os.path.join(workdir, f"seed_{seed}", kind, "metrics.jsonl")
-            for seed in config.seeds for kind in ("grpo", "phgpo")}
-  metric_writer.plot_curves(series, ["rl/reward", "rl/loss", "rl/entropy"],
-                            os.path.join(workdir, "learning_curves.png"),
-                            title="PhGPO vs GRPO on TRAJECT-Bench (training reward = match ratio)")
-  log(table)
-  log(f"total {time.time() - t0:.0f}s; table, results.json and learning_curves.png in {workdir}")
+  os.makedirs(workdir, exist_ok=True)
+  if not os.path.exists(os.path.join(workdir, "config.json")):   # the launcher writes it; library callers too
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=1))
+  results, tables, paired, prov, tool_names = {}, [], {}, None, None
+  for split in config.splits:
+    problem = problem_lib.prepare_problem(config, split)
+    if prov is None:
+      prov = provenance_record(config, problem)
+    log(f"TRAJECT-Bench, {split} split: {len(problem.tasks)} tasks ({len(problem.train_idx)} train, "
+        f"{len(problem.eval_idx)} held out), {len(problem.tool_specs)} tools, "
+        f"{int(problem.graph.edge_mask.sum())} graph edges; ready in {time.time() - t0:.0f}s")
+    tool_names = list(problem.graph.tool_names)
+    cache = _CompiledCache(problem_lib.make_policy(config, problem), problem)
+    sdir = os.path.join(workdir, split)
+    results[split] = {seed: run_seed(config, problem, cache, sdir, seed=seed, progress=progress)
+                      for seed in config.seeds}
+    ref = config.reference if config.reference in config.runs else None
+    title = f"{config.table} table, {split} split: {len(problem.eval_idx)} held-out tasks"
+    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title))
+    paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref)
+  from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
+  pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),
+                               seeds=list(config.seeds), tool_names=tool_names)
+  code = prov["code"]
+  head = (f"code: commit {code['commit']}{' (uncommitted changes)' if code['dirty'] else ''}; config "
+          f"{config.table}; data sha256 {prov['data']['sha256'][:16]}, embeddings sha256 "
+          f"{prov['data']['embeddings_sha256'][:16]}")
+  text = head + "\n\n" + "\n\n".join(tables)
+  name = f"results_{config.table}"
+  full = TABLE_RUNS.get(config.table)
+  if full is not None and tuple(config.runs) != full:
+    name += "_" + "-".join(config.runs)
+  with open(os.path.join(workdir, name + ".txt"), "w") as f:
+    f.write(text + "\n")
+  _write_json(os.path.join(workdir, name + ".json"), {
+      **prov, "tables": paired,
+      "results": {sp: {str(s): {r: _strip(m) for r, m in rs.items()} for s, rs in by_seed.items()}
+                  for sp, by_seed in results.items()}})
+  log(text)
+  log(f"total {time.time() - t0:.0f}s; {name}.txt/.json and {len(pictures)} pictures in {workdir}")
   return results
-
-

@@ -25,28 +25,50 @@ HP = dict(rho=0.1, alpha=0.7, tau_min=0.05, tau_max=2.0, arg_rho=0.2, arg_alpha=
 # float64 NumPy references, written as plain loops over DENSE tables (the eager rule).
 
 
+NUM_TASKS = 12
+KEYS = np.random.default_rng(123).normal(size=(NUM_TASKS, 8)).astype(np.float32)  # the tasks' embeddings
+
+
 def np_init(state):
-  """The reference state: dense float64 tables (every entry evaporated eagerly) and the bank."""
+  """The reference state: dense float64 tables (every entry evaporated eagerly) and the bank as lists."""
+  bank_task, bank_score = np.asarray(state.bank_task), np.asarray(state.bank_score, np.float64)
+  bank = {}
+  for i, j in np.ndindex(bank_task.shape[:2]):
+    bank[(i, j)] = [(int(t), float(q)) for t, q in zip(bank_task[i, j], bank_score[i, j]) if t >= 0]
   return dict(tau=np.asarray(state.tau, np.float64).copy(),
-              tau_arg=np.asarray(state.tau_arg, np.float64).copy(),
-              bank_emb=np.asarray(state.bank_emb, np.float64).copy(),
-              bank_edge=np.asarray(state.bank_edge).copy(),
-              bank_score=np.asarray(state.bank_score, np.float64).copy(),
-              bank_valid=np.asarray(state.bank_valid).copy(),
-              bank_ptr=int(state.bank_ptr))
+              tau_arg=np.asarray(state.tau_arg, np.float64).copy(), bank=bank, m=bank_task.shape[2])
 
 
-def np_update(ref, tools, templates, mask, scores, emb, *, rho, alpha, tau_min, tau_max,
+def np_bank_write(bank, m, cands):
+  """The bank rule on lists: cands = [(edge, task, score)] in batch order (one per trajectory and edge)."""
+  bank = {e: list(v) for e, v in bank.items()}
+  by_edge = {}
+  for e, t, q in cands:
+    by_edge.setdefault(e, []).append((t, q))
+  for e, new in by_edge.items():
+    best = {}
+    for t, q in new:   # one candidate per task: the best score, ties the earlier row
+      if t not in best or q > best[t]:
+        best[t] = q
+    order = [t for t, _ in new]
+    new = sorted(best.items(), key=lambda tq: (-tq[1], order.index(tq[0])))
+    merged = new + bank[e]   # new entries first: they win ties, so the oldest leave first
+    keep = []
+    for k, (t, q) in enumerate(merged):
+      if not any(t2 == t and (q2 > q or (q2 == q and k2 < k)) for k2, (t2, q2) in enumerate(merged)):
+        keep.append((t, q))
+    bank[e] = sorted(keep, key=lambda tq: -tq[1])[:m]   # stable: earlier first among equal scores
+  return bank
+
+
+def np_update(ref, tools, templates, mask, scores, task_ids, *, rho, alpha, tau_min, tau_max,
               arg_rho, arg_alpha, bank_min_score=0.0):
   """Eager rule on every entry: tau <- clip((1 - rho) tau + alpha sum_b q_b 1[(i, j) in b])."""
   tau = ref["tau"] * (1 - rho)
   tau_arg = ref["tau_arg"] * (1 - arg_rho)
-  bank_emb, bank_edge = ref["bank_emb"].copy(), ref["bank_edge"].copy()
-  bank_score, bank_valid = ref["bank_score"].copy(), ref["bank_valid"].copy()
-  ptr = ref["bank_ptr"]
-  cap = bank_edge.shape[0]
   n = tau.shape[1]
   tm = tau_arg.shape[1]
+  cands = []
   for b in range(tools.shape[0]):
     seen, seen_arg, prev = set(), set(), n
     for h in range(tools.shape[1]):
@@ -55,43 +77,29 @@ def np_update(ref, tools, templates, mask, scores, emb, *, rho, alpha, tau_min, 
         seen.add((prev, t))
         tau[prev, t] += alpha * float(scores[b])
         if scores[b] >= bank_min_score:
-          e = np.asarray(emb[b], np.float64)
-          bank_emb[ptr] = e / max(np.linalg.norm(e), 1e-12)
-          bank_edge[ptr] = prev * n + t
-          bank_score[ptr] = scores[b]
-          bank_valid[ptr] = True
-          ptr = (ptr + 1) % cap
+          cands.append(((prev, t), int(task_ids[b]), float(np.float32(scores[b]))))
       # The (tool, template) pair counts whatever the previous tool was (even a -1 step).
       if mask[b, h] and 0 <= t < n and 0 <= u < tm and (t, u) not in seen_arg:
         seen_arg.add((t, u))
         tau_arg[t, u] += arg_alpha * float(scores[b])
       prev = t
   return dict(tau=np.clip(tau, tau_min, tau_max), tau_arg=np.clip(tau_arg, tau_min, tau_max),
-              bank_emb=bank_emb, bank_edge=bank_edge, bank_score=bank_score,
-              bank_valid=bank_valid, bank_ptr=ptr)
+              bank=np_bank_write(ref["bank"], ref["m"], cands), m=ref["m"])
 
 
-def np_rows(tau, state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, tau_max,
-            dep_units="tau_range", max_evidence=256):
-  """Fused rows from the dense reference tau and the state's bank."""
+def np_rows(tau, bank, prev_tools, task_sim, *, w, kappa, top_k_similar, tau_min, tau_max,
+            dep_units="tau_range", sim_threshold=0.0):
+  """Fused rows from the dense reference tau and a reference bank (dict edge -> [(task, score)])."""
   tau = np.asarray(tau, np.float64)
   n = tau.shape[1]
-  bank_emb = np.asarray(state.bank_emb, np.float64)
   out = np.zeros((len(prev_tools), n))
   for b, prev in enumerate(prev_tools):
-    e = np.asarray(emb[b], np.float64)
-    e = e / max(np.linalg.norm(e), 1e-12)
-    evidence = []  # entries of edges leaving prev, most similar first
-    for c in range(bank_emb.shape[0]):
-      s = float(bank_emb[c] @ e)
-      if state.bank_valid[c] and int(state.bank_edge[c]) // n == prev and s > 0:
-        evidence.append((-s, c))
-    evidence = sorted(evidence)[:max_evidence]
     for j in range(n):
-      entries = [(s, c) for s, c in evidence if int(state.bank_edge[c]) % n == j]
-      entries = entries[:top_k_similar]
-      s_sum = sum(-s for s, _ in entries)
-      q = sum(-s * float(state.bank_score[c]) for s, c in entries) / s_sum if s_sum > 0 else 0.0
+      entries = [(float(task_sim[b, t]), k, q) for k, (t, q) in enumerate(bank[(int(prev), j)])]
+      entries = [e for e in entries if e[0] > 0 and e[0] >= sim_threshold]
+      entries = sorted(entries, key=lambda e: (-e[0], e[1]))[:top_k_similar]
+      s_sum = sum(s for s, _, _ in entries)
+      q = sum(s * q for s, _, q in entries) / s_sum if s_sum > 0 else 0.0
       conf = s_sum / (s_sum + kappa)
       if dep_units == "tau_range":
         dep = tau_min + q * (tau_max - tau_min)
@@ -102,6 +110,13 @@ def np_rows(tau, state, prev_tools, emb, *, w, kappa, top_k_similar, tau_min, ta
   return out
 
 
+def sim_of(task_ids_or_emb):
+  """f32[B, T] similarity to KEYS of tasks given by row (i32[B]) or by embedding (f32[B, D])."""
+  x = np.asarray(task_ids_or_emb)
+  emb = KEYS[x] if x.ndim == 1 else x
+  return ph.bank_similarity(jnp.asarray(KEYS), jnp.asarray(emb, jnp.float32))
+
+
 def random_batch(rng, b, h, n, tm, d, p_mask=0.8):
   tools = rng.integers(0, n, size=(b, h)).astype(np.int32)
   templates = rng.integers(-1, tm, size=(b, h)).astype(np.int32)
@@ -109,8 +124,9 @@ def random_batch(rng, b, h, n, tm, d, p_mask=0.8):
   mask = np.arange(h)[None, :] < lengths[:, None]
   tools[rng.random((b, h)) > 0.95] = -1
   scores = rng.random(b).astype(np.float32)
-  emb = rng.normal(size=(b, d)).astype(np.float32)
-  return tools, templates, mask, scores, emb
+  del d
+  task_ids = rng.integers(0, NUM_TASKS, size=b).astype(np.int32)
+  return tools, templates, mask, scores, task_ids
 
 
 def assert_matches(test, state, ref, *, tau_min, tol=TOL):
@@ -119,19 +135,25 @@ def assert_matches(test, state, ref, *, tau_min, tol=TOL):
                              ref["tau"], **tol)
   np.testing.assert_allclose(np.asarray(ph.effective_tau_arg(state, tau_min=tau_min), np.float64),
                              ref["tau_arg"], **tol)
-  np.testing.assert_allclose(state.bank_emb, ref["bank_emb"], **TOL)
-  np.testing.assert_array_equal(state.bank_edge, ref["bank_edge"])
-  np.testing.assert_allclose(state.bank_score, ref["bank_score"], **TOL)
-  np.testing.assert_array_equal(state.bank_valid, ref["bank_valid"])
-  test.assertEqual(int(state.bank_ptr), ref["bank_ptr"])
+  assert_bank(test, state, ref)
+
+
+def assert_bank(test, state, ref):
+  got = np_init(state)["bank"]
+  test.assertEqual(set(got), set(ref["bank"]))
+  for e, entries in ref["bank"].items():
+    test.assertEqual([t for t, _ in got[e]], [t for t, _ in entries], e)
+    np.testing.assert_allclose([q for _, q in got[e]], [q for _, q in entries], **TOL)
 
 
 UPDATE = jax.jit(functools.partial(ph.update_pheromone, **HP))
 
 
-def init(n=6, tm=3, cap=64, d=8, tau_init=1.0, edge_mask=None):
+def init(n=6, tm=3, cap=4, d=8, tau_init=1.0, edge_mask=None):
+  """A fresh state; cap is the bank's entries per edge (d is unused: the bank holds task rows)."""
+  del d
   return ph.init_pheromone(n, tm, tau_init=tau_init, tau_min=HP["tau_min"], tau_max=HP["tau_max"],
-                           bank_capacity=cap, embed_dim=d, edge_mask=edge_mask)
+                           bank_per_edge=cap, edge_mask=edge_mask)
 
 
 class IssueCasesTest(parameterized.TestCase):
@@ -145,12 +167,11 @@ class IssueCasesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   def test_evaporation_case_through_update(self):
-    state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_capacity=4,
-                              embed_dim=2)
+    state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_per_edge=4)
     upd = self.variant(functools.partial(ph.update_pheromone, rho=0.1, alpha=1.0, tau_min=0.1,
                                          tau_max=10.0, arg_rho=0.1, arg_alpha=1.0))
     new = upd(state, jnp.array([[0]], jnp.int32), jnp.array([[0]], jnp.int32), jnp.array([[True]]),
-              jnp.array([0.5], jnp.float32), jnp.ones((1, 2)))
+              jnp.array([0.5], jnp.float32), jnp.array([7], jnp.int32))
     expected = np.full((4, 3), 0.9, np.float32)
     expected[3] = [1.4, 0.9, 0.9]  # row 3 = START
     np.testing.assert_array_equal(ph.effective_tau(new, tau_min=0.1), expected)
@@ -168,9 +189,10 @@ class IssueCasesTest(parameterized.TestCase):
     np.testing.assert_array_equal(new.tau_arg_step, [[1], [0], [0]])
     self.assertEqual(int(new.num_updates), 1)
     np.testing.assert_array_equal(new.rho, np.float32(0.1))
-    np.testing.assert_array_equal(new.bank_valid, [True, False, False, False])
-    np.testing.assert_array_equal(new.bank_edge[0], 3 * 3 + 0)
-    self.assertEqual(int(new.bank_ptr), 1)
+    # The bank of edge (START, 0) holds task 7 with score 0.5; every other slot is empty.
+    np.testing.assert_array_equal(new.bank_task[3, 0], [7, -1, -1, -1])
+    np.testing.assert_array_equal(new.bank_score[3, 0], [0.5, 0, 0, 0])
+    self.assertEqual(int((np.asarray(new.bank_task) >= 0).sum()), 1)
 
   def test_clipping_bounds_exact(self):
     tau = jnp.array([[0.0, 0.05, 1.0, 2.0, 7.0]], jnp.float32)
@@ -246,7 +268,8 @@ class LazyTest(parameterized.TestCase):
         for h in range(6):
           t, u = int(tools[b, h]), int(templates[b, h])
           if mask[b, h] and t >= 0:
-            written.add((prev, t))
+            if prev >= 0:   # a step after a no-call step (-1) has no valid edge
+              written.add((prev, t))
             if u >= 0:
               written_arg.add((t, u))
           prev = t
@@ -267,7 +290,7 @@ class LazyTest(parameterized.TestCase):
     # state donated the compiled update copies no table, alone or fused with reads of the same
     # state (sampling and update in one program).
     n, tm, d = 97, 4, 8
-    state = init(n, tm, cap=64, d=d)
+    state = init(n, tm, cap=4, d=d)
     batch = tuple(map(jnp.asarray, random_batch(np.random.default_rng(9), 4, 5, n, tm, d)))
     fn = functools.partial(ph.update_pheromone, **HP)
     big = (n + 1) * n
@@ -276,7 +299,8 @@ class LazyTest(parameterized.TestCase):
         self.assertIn(eqn.primitive.name, {"reshape", "scatter"}, eqn)
 
     def fused(state, tools, templates, mask, scores, emb):
-      rows = ph.pheromone_rows(state, jnp.full((4,), n, jnp.int32), emb, w=0.5, kappa=1.0,
+      sim = ph.bank_similarity(jnp.asarray(KEYS), jnp.asarray(KEYS)[emb])
+      rows = ph.pheromone_rows(state, jnp.full((4,), n, jnp.int32), sim, w=0.5, kappa=1.0,
                                top_k_similar=4, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
       first = jnp.argmax(rows, axis=-1).astype(jnp.int32)  # a decision read from the state
       tmpl = jnp.argmax(ph.arg_rows(state, first, tau_min=HP["tau_min"]), axis=-1)
@@ -363,7 +387,7 @@ class LazyTest(parameterized.TestCase):
     n, tm, d = 6, 3, 4
     template_mask = rng.random((n, tm)) < 0.7
     state = ph.init_pheromone(n, tm, tau_init=1.0, tau_min=HP["tau_min"], tau_max=HP["tau_max"],
-                              template_mask=template_mask, bank_capacity=5, embed_dim=d)
+                              template_mask=template_mask, bank_per_edge=5)
     for _ in range(5):
       state = UPDATE(state, *map(jnp.asarray, random_batch(rng, 4, 6, n, tm, d)))
     tools = jnp.array([0, 3, -1, 5, 2, 2, 7], jnp.int32)
@@ -418,11 +442,10 @@ class UpdateTest(parameterized.TestCase):
 
   def test_repeated_edge_deposits_once_through_update(self):
     # Trajectory 0 loops on (0, 0): deposits once; trajectory 1 also crosses (0, 0): both count.
-    state = ph.init_pheromone(2, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_capacity=8,
-                              embed_dim=2)
+    state = ph.init_pheromone(2, 1, tau_init=1.0, tau_min=0.1, tau_max=10.0, bank_per_edge=8)
     new = ph.update_pheromone(
         state, jnp.array([[0, 0, 0], [1, 0, 0]], jnp.int32), jnp.zeros((2, 3), jnp.int32),
-        jnp.ones((2, 3), bool), jnp.array([0.5, 0.25], jnp.float32), jnp.ones((2, 2)), rho=0.5,
+        jnp.ones((2, 3), bool), jnp.array([0.5, 0.25], jnp.float32), jnp.array([0, 1], jnp.int32), rho=0.5,
         alpha=1.0, tau_min=0.1, tau_max=10.0, arg_rho=0.5, arg_alpha=1.0)
     np.testing.assert_allclose(ph.effective_tau(new, tau_min=0.1),
                                [[1.25, 0.5], [0.75, 0.5], [1.0, 0.75]], **TOL)
@@ -440,7 +463,7 @@ class UpdateTest(parameterized.TestCase):
   def test_update_matches_numpy(self, bank_min_score):
     rng = np.random.default_rng(2)
     n, tm, d = 6, 3, 8
-    state = init(n, tm, cap=64, d=d)
+    state = init(n, tm, cap=5, d=d)
     ref = np_init(state)
     upd = self.variant(functools.partial(ph.update_pheromone, bank_min_score=bank_min_score, **HP))
     for _ in range(3):
@@ -449,26 +472,27 @@ class UpdateTest(parameterized.TestCase):
       state = upd(state, *map(jnp.asarray, batch))
       assert_matches(self, state, ref, tau_min=HP["tau_min"])
 
-  def test_ring_buffer_wraps_and_keeps_latest(self):
+  def test_bank_bound_per_edge_over_many_updates(self):
+    # Far more traversals than M = 3 entries per edge: every edge keeps its 3 best (task, score) entries,
+    # exactly as the list reference says.
     rng = np.random.default_rng(3)
-    n, tm, d = 6, 3, 4
-    state = init(n, tm, cap=5, d=d)
+    n, tm, d = 4, 2, 4
+    state = init(n, tm, cap=3, d=d)
     ref = np_init(state)
-    for _ in range(4):  # far more than 5 entries per update: only the last 5 stay
-      batch = random_batch(rng, 4, 6, n, tm, d, p_mask=1.0)
+    for _ in range(6):
+      batch = random_batch(rng, 8, 5, n, tm, d, p_mask=1.0)
       ref = np_update(ref, *batch, **HP)
       state = UPDATE(state, *map(jnp.asarray, batch))
-      np.testing.assert_array_equal(state.bank_edge, ref["bank_edge"])
-      np.testing.assert_allclose(state.bank_score, ref["bank_score"], **TOL)
-      np.testing.assert_allclose(state.bank_emb, ref["bank_emb"], **TOL)
-      self.assertEqual(int(state.bank_ptr), ref["bank_ptr"])
+      assert_bank(self, state, ref)
+    self.assertLessEqual(int((np.asarray(state.bank_task) >= 0).sum(-1).max()), 3)
+    self.assertEqual(int((np.asarray(state.bank_task) >= 0).sum(-1).max()), 3)
 
   def test_init_values_and_errors(self):
     mask = np.array([[True, False], [True, True]])
     edge_mask = np.zeros((3, 2), bool)
     edge_mask[2, 0] = True
     s = ph.init_pheromone(2, 2, tau_init=0.5, tau_min=0.1, tau_max=1.0, template_mask=mask,
-                          bank_capacity=3, embed_dim=4, edge_mask=edge_mask)
+                          bank_per_edge=3, edge_mask=edge_mask)
     np.testing.assert_array_equal(s.tau, np.array([[0.1, 0.1], [0.1, 0.1], [0.5, 0.1]], np.float32))
     np.testing.assert_array_equal(s.tau_arg, np.array([[0.5, 0.1], [0.5, 0.5]], np.float32))
     np.testing.assert_array_equal(ph.effective_tau(s, tau_min=0.1), s.tau)
@@ -476,21 +500,21 @@ class UpdateTest(parameterized.TestCase):
     np.testing.assert_array_equal(s.tau_step, np.zeros((3, 2), np.int32))
     np.testing.assert_array_equal(s.tau_arg_step, np.zeros((2, 2), np.int32))
     self.assertEqual(int(s.num_updates), 0)
-    self.assertEqual(s.bank_emb.shape, (3, 4))
-    self.assertFalse(s.bank_valid.any())
-    kw = dict(tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_capacity=3, embed_dim=4)
+    self.assertEqual(s.bank_task.shape, (3, 2, 3))
+    self.assertTrue((np.asarray(s.bank_task) == -1).all())
+    kw = dict(tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_per_edge=3)
     with self.assertRaisesRegex(ValueError, "tau_min must be > 0"):
       ph.init_pheromone(2, 2, **dict(kw, tau_min=0.0))
     with self.assertRaisesRegex(ValueError, "tau_init"):
       ph.init_pheromone(2, 2, **dict(kw, tau_init=2.0))
-    with self.assertRaisesRegex(ValueError, "bank_capacity"):
-      ph.init_pheromone(2, 2, **dict(kw, bank_capacity=0))
+    with self.assertRaisesRegex(ValueError, "bank_per_edge"):
+      ph.init_pheromone(2, 2, **dict(kw, bank_per_edge=0))
     with self.assertRaisesRegex(ValueError, "template_mask must have shape"):
       ph.init_pheromone(2, 2, template_mask=np.ones((2, 3), bool), **kw)
     with self.assertRaisesRegex(ValueError, "rho must lie in"):
       ph.evaporate(s.tau, rho=1.5)
     batch = (jnp.zeros((1, 1), jnp.int32),) * 2 + (jnp.ones((1, 1), bool), jnp.ones(1),
-                                                   jnp.ones((1, 4)))
+                                                   jnp.zeros((1,), jnp.int32))
     with self.assertRaisesRegex(ValueError, "arg_rho must lie in"):
       ph.update_pheromone(s, *batch, **dict(HP, arg_rho=-0.1))
     with self.assertRaisesRegex(ValueError, "tau_max"):
@@ -499,31 +523,31 @@ class UpdateTest(parameterized.TestCase):
 
 class RowsTest(parameterized.TestCase):
 
-  def _filled_state(self, rng, n=5, d=6, cap=48):
+  def _filled_state(self, rng, n=5, d=6, cap=6):
     state = init(n, 2, cap=cap, d=d)
     # Few distinct edges so that each edge collects several entries; several updates so that
     # the lazily stored values differ from the effective ones.
     for _ in range(3):
       tools = rng.integers(0, 2, size=(8, 4)).astype(np.int32)
       batch = (tools, np.zeros_like(tools), np.ones((8, 4), bool),
-               rng.random(8).astype(np.float32), rng.normal(size=(8, d)).astype(np.float32))
+               rng.random(8).astype(np.float32), rng.integers(0, NUM_TASKS, size=8).astype(np.int32))
       state = UPDATE(state, *map(jnp.asarray, batch))
     return state
 
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.parameters((2, "tau_range", 0.3, 256), (64, "score", 1.0, 64),
-                            (3, "score", 0.6, 256), (2, "tau_range", 1.0, 5))
-  def test_rows_match_numpy(self, top_k_similar, dep_units, w, max_evidence):
+  @parameterized.parameters((2, "tau_range", 0.3, 0.0), (64, "score", 1.0, 0.2),
+                            (3, "score", 0.6, 0.0), (2, "tau_range", 1.0, 0.4))
+  def test_rows_match_numpy(self, top_k_similar, dep_units, w, sim_threshold):
     rng = np.random.default_rng(4)
     n, d = 5, 6
     state = self._filled_state(rng, n, d)
     tau = ph.effective_tau(state, tau_min=HP["tau_min"])
     prev = np.array([n, 0, 1, 3, 0], np.int32)
-    emb = rng.normal(size=(5, d)).astype(np.float32)
+    sim = sim_of(rng.normal(size=(5, 8)).astype(np.float32))
     kw = dict(w=w, kappa=0.7, top_k_similar=top_k_similar, tau_min=HP["tau_min"],
-              tau_max=HP["tau_max"], dep_units=dep_units, max_evidence=max_evidence)
-    got = self.variant(functools.partial(ph.pheromone_rows, **kw))(state, prev, emb)
-    np.testing.assert_allclose(got, np_rows(tau, state, prev, emb, **kw), **TOL)
+              tau_max=HP["tau_max"], dep_units=dep_units, sim_threshold=sim_threshold)
+    got = self.variant(functools.partial(ph.pheromone_rows, **kw))(state, prev, sim)
+    np.testing.assert_allclose(got, np_rows(tau, np_init(state)["bank"], prev, np.asarray(sim), **kw), **TOL)
     self.assertGreater(np.abs(np.asarray(got) - np.asarray(tau)[prev]).max(), 1e-3)
 
   def test_no_evidence_or_zero_weight_gives_task_agnostic_row(self):
@@ -531,43 +555,104 @@ class RowsTest(parameterized.TestCase):
     state = self._filled_state(rng)
     tau = ph.effective_tau(state, tau_min=HP["tau_min"])
     prev = jnp.array([5, 0, 4], jnp.int32)
-    emb = jnp.asarray(rng.normal(size=(3, 6)), jnp.float32)
+    sim = sim_of(rng.normal(size=(3, 8)).astype(np.float32))
     kw = dict(kappa=1.0, top_k_similar=4, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
-    np.testing.assert_array_equal(ph.pheromone_rows(state, prev, emb, w=0.0, **kw), tau[prev])
+    np.testing.assert_array_equal(ph.pheromone_rows(state, prev, sim, w=0.0, **kw), tau[prev])
+    np.testing.assert_array_equal(ph.pheromone_rows(state, prev, None, w=0.0, **kw), tau[prev])
     # The rows are the evaporated values, not the stored ones.
     self.assertGreater(np.abs(np.asarray(tau[prev]) - np.asarray(state.tau[prev])).max(), 1e-3)
     rows = jax.jit(functools.partial(ph.pheromone_rows, w=1.0, **kw))
-    empty = init(5, 2, cap=48, d=6)
-    np.testing.assert_array_equal(rows(empty, prev, emb), empty.tau[prev])
+    empty = init(5, 2, cap=6, d=6)
+    np.testing.assert_array_equal(rows(empty, prev, sim), empty.tau[prev])
     # A zero task embedding has no positive similarity: no task-dependent evidence.
-    np.testing.assert_array_equal(rows(state, prev, jnp.zeros((3, 6))), tau[prev])
+    np.testing.assert_array_equal(rows(state, prev, sim_of(np.zeros((3, 8), np.float32))), tau[prev])
 
-  def test_confidence_formula_exact(self):
-    # One entry, identical task (cos = 1): c = 1 / (1 + kappa) = 0.5, qbar = 1,
-    # tau_dep = tau_max = 2; tau = 0.5 * 1 + 0.5 * 2 = 1.5 on edge (START, 1).
-    state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.5, tau_max=2.0, bank_capacity=4,
-                              embed_dim=2)
-    state = state._replace(
-        bank_emb=state.bank_emb.at[0].set(jnp.array([0.6, 0.8])),
-        bank_edge=state.bank_edge.at[0].set(3 * 3 + 1),
-        bank_score=state.bank_score.at[0].set(1.0), bank_valid=state.bank_valid.at[0].set(True))
-    rows = ph.pheromone_rows(state, jnp.array([3]), jnp.array([[3.0, 4.0]]), w=1.0, kappa=1.0,
-                             top_k_similar=8, tau_min=0.5, tau_max=2.0)
-    np.testing.assert_allclose(rows, [[1.0, 1.5, 1.0]], **TOL)
-    emb = jnp.array([[3.0, 4.0]])
-    sim = ph.bank_similarity(state, emb)
-    np.testing.assert_allclose(sim, [[1.0, 0.0, 0.0, 0.0]], **TOL)
-    again = ph.pheromone_rows(state, jnp.array([3]), emb, w=1.0, kappa=1.0, top_k_similar=8,
-                              tau_min=0.5, tau_max=2.0, bank_sim=sim)
-    np.testing.assert_array_equal(again, rows)
+  def test_no_entry_above_threshold_uses_task_agnostic_exactly(self):
+    # Issue 11 case: every entry is less similar than the threshold, so tau = tau_agn bit for bit,
+    # while a lower threshold lets the same entries move the row.
+    rng = np.random.default_rng(7)
+    state = self._filled_state(rng)
+    tau = np.asarray(ph.effective_tau(state, tau_min=HP["tau_min"]))
+    prev = jnp.array([5, 0, 1], jnp.int32)
+    sim = sim_of(rng.normal(size=(3, 8)).astype(np.float32))
+    top = float(np.asarray(sim).max())
+    kw = dict(w=1.0, kappa=0.5, top_k_similar=8, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
+    above = jax.jit(functools.partial(ph.pheromone_rows, sim_threshold=top + 1e-3, **kw))(state, prev, sim)
+    np.testing.assert_array_equal(above, tau[np.asarray(prev)])
+    low = ph.pheromone_rows(state, prev, sim, sim_threshold=0.0, **kw)
+    self.assertGreater(np.abs(np.asarray(low) - tau[np.asarray(prev)]).max(), 1e-3)
+
+  def test_one_identical_perfect_entry_gives_the_maximum(self):
+    # Issue 11 case: one entry, identical task (cos = 1), score 1: c = 1 / (1 + kappa) = 0.5,
+    # tau_dep = tau_max = 2; tau = 0.5 * 1 + 0.5 * 2 = 1.5 on edge (START, 1), and no single entry
+    # of lower similarity or score gives more.
+    state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.5, tau_max=2.0, bank_per_edge=4)
+    kw = dict(w=1.0, kappa=1.0, top_k_similar=8, tau_min=0.5, tau_max=2.0, sim_threshold=0.5)
+    keys = jnp.array([[0.6, 0.8], [0.8, 0.6], [1.0, 0.0]])
+    sim = ph.bank_similarity(keys, jnp.array([[3.0, 4.0]]))     # task 0 is the query itself
+    np.testing.assert_allclose(sim, [[1.0, 0.96, 0.6]], **TOL)
+    with_entry = lambda task, q: state._replace(bank_task=state.bank_task.at[3, 1, 0].set(task),
+                                                bank_score=state.bank_score.at[3, 1, 0].set(q))
+    best = ph.pheromone_rows(with_entry(0, 1.0), jnp.array([3]), sim, **kw)
+    np.testing.assert_allclose(best, [[1.0, 1.5, 1.0]], **TOL)
+    for task, q in ((0, 0.8), (1, 1.0), (2, 1.0), (1, 0.5)):
+      other = ph.pheromone_rows(with_entry(task, q), jnp.array([3]), sim, **kw)
+      self.assertLess(float(other[0, 1]), float(best[0, 1]))
+
+  def test_lowest_scores_leave_first_and_one_entry_per_task(self):
+    # Issue 11 case: M = 3 entries on edge (START, 0). Tasks 0..5 arrive with scores; the bank keeps the
+    # three best, best first; a task seen again keeps its better score and is never duplicated.
+    state = ph.init_pheromone(2, 1, tau_init=1.0, tau_min=0.1, tau_max=1.0, bank_per_edge=3)
+    upd = jax.jit(functools.partial(ph.update_pheromone, rho=0.1, alpha=0.1, tau_min=0.1, tau_max=1.0,
+                                    arg_rho=0.1, arg_alpha=0.1))
+    one_step = lambda st, tasks, scores: upd(st, jnp.zeros((len(tasks), 1), jnp.int32),
+                                             jnp.zeros((len(tasks), 1), jnp.int32), jnp.ones((len(tasks), 1), bool),
+                                             jnp.array(scores, jnp.float32), jnp.array(tasks, jnp.int32))
+    state = one_step(state, [0, 1, 2], [0.2, 0.9, 0.5])
+    np.testing.assert_array_equal(state.bank_task[2, 0], [1, 2, 0])
+    state = one_step(state, [3, 4], [0.6, 0.1])              # 0.6 evicts task 0 (0.2); 0.1 never enters
+    np.testing.assert_array_equal(state.bank_task[2, 0], [1, 3, 2])
+    np.testing.assert_allclose(state.bank_score[2, 0], [0.9, 0.6, 0.5], **TOL)
+    state = one_step(state, [2, 2, 1], [0.95, 0.7, 0.3])     # task 2 improves to 0.95; task 1 keeps 0.9
+    np.testing.assert_array_equal(state.bank_task[2, 0], [2, 1, 3])
+    np.testing.assert_allclose(state.bank_score[2, 0], [0.95, 0.9, 0.6], **TOL)
+    state = one_step(state, [5], [0.6])                      # a tie with the oldest 0.6: the newer stays
+    np.testing.assert_array_equal(state.bank_task[2, 0], [2, 1, 5])
+    self.assertEqual(int((np.asarray(state.bank_task) >= 0).sum()), 3)   # no other edge was touched
+
+  def test_rho_zero_evaporates_nothing(self):
+    # Issue 11 case: with rho = 0 every value stays where it was unless a deposit raised it.
+    rng = np.random.default_rng(8)
+    n, tm = 5, 2
+    state = init(n, tm, cap=4, tau_init=0.5)
+    before = np.asarray(ph.effective_tau(state, tau_min=HP["tau_min"]))
+    before_arg = np.asarray(ph.effective_tau_arg(state, tau_min=HP["tau_min"]))
+    upd = jax.jit(functools.partial(ph.update_pheromone, **dict(HP, rho=0.0, arg_rho=0.0)))
+    touched = np.zeros((n + 1, n), bool)
+    for _ in range(5):
+      batch = random_batch(rng, 3, 4, n, tm, 8)
+      state = upd(state, *map(jnp.asarray, batch))
+      tools, _, mask, scores, _ = batch
+      prev = np.concatenate([np.full((3, 1), n), tools[:, :-1]], axis=1)
+      ok = mask & (tools >= 0) & (prev >= 0) & (scores[:, None] > 0)
+      touched[prev[ok], tools[ok]] = True
+    after = np.asarray(ph.effective_tau(state, tau_min=HP["tau_min"]))
+    np.testing.assert_array_equal(after[~touched], before[~touched])
+    self.assertTrue((after[touched] > before[touched]).all())
+    self.assertTrue((np.asarray(ph.effective_tau_arg(state, tau_min=HP["tau_min"])) >= before_arg).all())
 
   def test_bad_options_fail_loudly(self):
     state = init()
     kw = dict(w=0.5, kappa=1.0, top_k_similar=4, tau_min=0.05, tau_max=2.0)
+    sim = jnp.ones((1, NUM_TASKS))
     with self.assertRaisesRegex(ValueError, "dep_units"):
-      ph.pheromone_rows(state, jnp.array([0]), jnp.ones((1, 8)), **dict(kw, dep_units="x"))
+      ph.pheromone_rows(state, jnp.array([0]), sim, **dict(kw, dep_units="x"))
     with self.assertRaisesRegex(ValueError, "kappa"):
-      ph.pheromone_rows(state, jnp.array([0]), jnp.ones((1, 8)), **dict(kw, kappa=0.0))
+      ph.pheromone_rows(state, jnp.array([0]), sim, **dict(kw, kappa=0.0))
+    with self.assertRaisesRegex(ValueError, "sim_threshold"):
+      ph.pheromone_rows(state, jnp.array([0]), sim, **dict(kw, sim_threshold=1.5))
+    with self.assertRaisesRegex(ValueError, "task_sim"):
+      ph.pheromone_rows(state, jnp.array([0]), None, **kw)
 
 
 class ShardingTest(parameterized.TestCase):
@@ -579,11 +664,11 @@ class ShardingTest(parameterized.TestCase):
     rng = np.random.default_rng(6)
     n, tm, d, b = 7, 3, 8, 16
     upd = UPDATE
-    state = upd(init(n, tm, cap=96, d=d), *map(jnp.asarray, random_batch(rng, b, 5, n, tm, d)))
+    state = upd(init(n, tm, cap=6, d=d), *map(jnp.asarray, random_batch(rng, b, 5, n, tm, d)))
     batch = tuple(map(jnp.asarray, random_batch(rng, b, 5, n, tm, d)))
     prev = jnp.asarray(rng.integers(0, n + 1, size=b), jnp.int32)
     tools = jnp.asarray(rng.integers(-1, n, size=b), jnp.int32)
-    emb = batch[-1]
+    emb = sim_of(batch[-1])   # the rows read task similarities, sharded along B like the rest
     rows = jax.jit(functools.partial(ph.pheromone_rows, w=0.6, kappa=0.5, top_k_similar=3,
                                      tau_min=HP["tau_min"], tau_max=HP["tau_max"]))
     args = jax.jit(functools.partial(ph.arg_rows, tau_min=HP["tau_min"]))

@@ -122,11 +122,11 @@ class PhGPOTrainTest(absltest.TestCase):
     c, p, comp = self.config, self.problem, self.compiled
     params = self.policy.init(jax.random.key(3))
     d1, d2 = self.create_tempdir().full_path, self.create_tempdir().full_path
-    full = train.run_rl(c, p, comp, d1, seed=0, init_params=params, beta_max=0.7, w_max=0.5,
+    full = train.run_rl(c, p, comp, d1, seed=0, init_params=params,
                         progress=False)
-    train.run_rl(c, p, comp, d2, seed=0, init_params=params, beta_max=0.7, w_max=0.5, progress=False,
+    train.run_rl(c, p, comp, d2, seed=0, init_params=params, progress=False,
                  stop_after=1)
-    resumed = train.run_rl(c, p, comp, d2, seed=0, init_params=params, beta_max=0.7, w_max=0.5,
+    resumed = train.run_rl(c, p, comp, d2, seed=0, init_params=params,
                            progress=False)
     self.assertIsInstance(resumed, steps.TrainState)
     self.assertEqual(int(resumed.step), c.rl.steps)
@@ -139,8 +139,7 @@ class PhGPOTrainTest(absltest.TestCase):
   def test_pheromone_stays_in_bounds_after_training(self):
     c, p = self.config, self.problem
     st = train.run_rl(c, p, self.compiled, self.create_tempdir().full_path, seed=1,
-                      init_params=self.policy.init(jax.random.key(0)), beta_max=0.7, w_max=0.5,
-                      progress=False)
+                      init_params=self.policy.init(jax.random.key(0)), progress=False)
     pher = st.pheromone
     self.assertGreater(int(pher.num_updates), 0)
     for table in (pher_lib.effective_tau(pher, tau_min=c.pheromone.tau_min),
@@ -153,18 +152,105 @@ class PhGPOTrainTest(absltest.TestCase):
     d = self.create_tempdir().full_path
     lines = []
     results = train.run(self.config, d, progress=False, log=lines.append)
-    self.assertEqual(set(results[0]), {"warmup", "grpo", "phgpo"})
-    for r in results[0].values():
+    self.assertEqual(set(results), {"random"})
+    by_run = results["random"][0]
+    self.assertEqual(set(by_run), {"nearest", "warmup", "grpo", "phgpo"})
+    for r in by_run.values():
       self.assertBetween(r["match_ratio"], 0.0, 1.0)
       self.assertEqual(r["num_tasks"], len(self.problem.eval_idx))
-    table = open(os.path.join(d, "results_table.txt")).read()
-    for name in ("warm-up only", "GRPO (beta = 0)", "PhGPO"):
-      self.assertIn(name, table)
-    self.assertTrue(os.path.getsize(os.path.join(d, "learning_curves.png")) > 1000)
-    self.assertTrue(os.listdir(os.path.join(d, "seed_0", "phgpo", "tb")))
-    # Running again skips the finished runs and reproduces the table.
-    again = train.run(self.config, d, progress=False, log=lines.append)
-    self.assertEqual(again, results)
+      self.assertLen(r["per_task"]["pred"], len(self.problem.eval_idx))
+    for run in ("grpo", "phgpo"):
+      fs = by_run[run]["first_success"]
+      self.assertEqual(fs["visited"], len(json.load(open(os.path.join(d, "random", "seed_0", run,
+                                                                      "first_success.json")))["visited"]))
+    name = "results_main_nearest-warmup-grpo-phgpo"
+    table = open(os.path.join(d, name + ".txt")).read()
+    for row in ("nearest training query", "warm-up only", "GRPO + curriculum (beta = 0)", "PhGPO", "reference"):
+      self.assertIn(row, table)
+    saved = json.load(open(os.path.join(d, name + ".json")))
+    self.assertLen(saved["code"]["commit"], 40)
+    self.assertLen(saved["data"]["sha256"], 64)
+    self.assertLen(saved["data"]["embeddings_sha256"], 64)
+    self.assertEqual(saved["config"]["runs"], list(self.config.runs))
+    self.assertIn("random", saved["tables"])
+    # The pheromone snapshots the heat maps read: effective tau after 0, 2 and 4 RL steps.
+    snaps = sorted(os.listdir(os.path.join(d, "random", "seed_0", "phgpo", "pheromone")))
+    self.assertEqual(snaps, ["tau_step_0.npy", "tau_step_2.npy", "tau_step_4.npy"])
+    self.assertTrue(os.listdir(os.path.join(d, "random", "seed_0", "phgpo", "tb")))
+    # Running again skips the finished runs and prints the same table.
+    lines2 = []
+    again = train.run(self.config, d, progress=False, log=lines2.append)
+    self.assertEqual(json.loads(json.dumps(again)), json.loads(json.dumps(results)))
+    self.assertEqual(lines2[-2], lines[-2])
+
+  def test_frozen_pheromone_is_bit_identical_after_an_update(self):
+    # Issue 11 case: with the pheromone frozen an RL update changes the policy and leaves tau, tau_arg and
+    # the memory bank exactly as they were; unfrozen, the same update changes them.
+    c, p = self.config, self.problem
+    state = steps.init_state(c, self.policy, p, seed=0, learning_rate=c.rl.learning_rate)
+    task_idx = np.repeat(p.train_idx[:4], 2)
+    envs = classifier_rollout.make_envs(c, p, len(task_idx))
+    try:
+      rb = classifier_rollout.rollout(self.compiled, state.params, state.pheromone, p, envs, task_idx,
+                                      jax.random.key(1), beta=0.7, w=0.5, temperature=0.7, p_tf=0.5,
+                                      tf_rng=np.random.default_rng(0), reward_kind="match_ratio")
+    finally:
+      envs.close()
+    before = jax.device_get(state.pheromone)
+    kw = dict(group_ids=np.repeat(np.arange(4), 2), num_groups=4, sl_weight=0.5, ref_params=state.params, step=0)
+    frozen, _ = steps.rl_step(self.compiled, state, p, rb, frozen=True, **kw)
+    for a, b in zip(jax.device_get(frozen.pheromone), before):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    moved, _ = steps.rl_step(self.compiled, state, p, rb, **kw)
+    self.assertFalse(np.array_equal(np.asarray(moved.pheromone.tau), np.asarray(before.tau)))
+    self.assertGreater(int((np.asarray(moved.pheromone.bank_task) >= 0).sum()), 0)
+
+  def test_chain_split_holds_out_whole_chains(self):
+    p = problem_lib.prepare_problem(self.config, "chain")
+    chain = lambda i: tuple(t.name for t in p.tasks[i].calls)
+    train_chains = {chain(i) for i in p.train_idx}
+    self.assertGreater(len(p.eval_idx), 0)
+    self.assertFalse(any(chain(i) in train_chains for i in p.eval_idx))
+    with self.assertRaisesRegex(ValueError, "unknown split 'tools'"):
+      problem_lib.prepare_problem(self.config, "tools")
+
+  def test_bad_overrides_are_named(self):
+    c = _smoke_config()
+    c.runs = ("warmup,grpo",)
+    c.splits = ("random,chain",)
+    train.check_config(c)
+    self.assertEqual(c.runs, ("warmup", "grpo"))
+    self.assertEqual(c.splits, ("random", "chain"))
+    for key, value, message in (("runs", ("warmup", "gpro"), "unknown run names.*gpro"),
+                                ("runs", ("phgpo", "phgpo"), "repeats"),
+                                ("splits", ("random", "queries"), "splits must be.*queries"),
+                                ("seeds", ("zero",), "seeds must be"),
+                                ("seeds", (0, 0), "seeds must be distinct"),
+                                ("reference", "phgop", "reference 'phgop' is not a run name")):
+      bad = _smoke_config()
+      setattr(bad, key, value)
+      with self.assertRaisesRegex(ValueError, message):
+        train.check_config(bad)
+    bad = _smoke_config()
+    bad.rl.sl_steps = "every"
+    with self.assertRaisesRegex(ValueError, "rl.sl_steps"):
+      train.check_config(bad)
+
+  def test_run_configs_change_what_the_row_names(self):
+    c = phgpo_traject.get_config()
+    self.assertEqual(train.TABLE_RUNS["main"], phgpo_traject.MAIN_RUNS)
+    self.assertEqual(train.TABLE_RUNS["ablation"], phgpo_traject.ABLATION_RUNS)
+    self.assertEqual(phgpo_traject.get_config("ablation").runs, phgpo_traject.ABLATION_RUNS)
+    get = lambda run: train.run_config(c, run)
+    self.assertEqual((get("grpo").pheromone.beta_max, get("grpo").curriculum.steps), (0.0, c.curriculum.steps))
+    self.assertEqual((get("grpo_vanilla").pheromone.beta_max, get("grpo_vanilla").curriculum.steps), (0.0, 0))
+    self.assertEqual(get("phgpo").to_dict(), c.to_dict())
+    self.assertEqual(get("no_curriculum").curriculum.steps, 0)
+    self.assertEqual((get("rho0").pheromone.rho, get("rho0").pheromone.arg_rho), (0.0, 0.0))
+    self.assertEqual((get("agnostic_only").pheromone.w_max, get("agnostic_only").pheromone.beta_max), (0.0, 0.7))
+    self.assertEqual(get("frozen").pheromone.freeze_at, c.ablation.freeze_at)
+    with self.assertRaisesRegex(ValueError, "unknown run 'ppo'"):
+      train.run_config(c, "ppo")
 
 
 class LauncherTest(absltest.TestCase):
@@ -189,6 +275,16 @@ class LauncherTest(absltest.TestCase):
     self.assertNotEqual(out.returncode, 0)
     self.assertIn("pheromone.rho: 0.05 -> 0.3", out.stderr)
     self.assertIn("Use a new --workdir", out.stderr)
+
+  def test_comma_separated_runs_and_unknown_names(self):
+    out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
+                    "--config.runs=warmup,grpox", "--noprogress")
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("unknown run names ['grpox']", out.stderr)
+    out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
+                    "--config.splits=random,chian", "--noprogress")
+    self.assertNotEqual(out.returncode, 0)
+    self.assertIn("'chian'", out.stderr)
 
   def test_unknown_domain_is_named(self):
     # (The missing-data path itself: tests/phgpo_data_test.py, which hides the shared folder.)
@@ -216,7 +312,7 @@ class LMPolicyTrainTest(absltest.TestCase):
     d = self.create_tempdir().full_path
     warm = train.run_warmup(c, problem, compiled, os.path.join(d, "w"), seed=0, progress=False)
     st = train.run_rl(c, problem, compiled, os.path.join(d, "r"), seed=0, init_params=warm.params,
-                      beta_max=0.7, w_max=0.5, progress=False)
+                      progress=False)
     self.assertEqual(int(st.step), 2)
     rows = [json.loads(l) for l in open(os.path.join(d, "r", "metrics.jsonl"))]
     self.assertTrue(all(np.isfinite(r["rl/loss"]) for r in rows))

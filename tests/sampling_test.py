@@ -138,6 +138,76 @@ class DistributionTest(parameterized.TestCase):
     np.testing.assert_array_equal(tools, again)
 
 
+class BehaviourLogProbTest(parameterized.TestCase):
+  """`sample_tools_with_logp`: the log-probability of each draw under softmax(score / T) over the top-K."""
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters((0.0, 0.7, 3), (0.7, 0.7, 4), (0.5, 1.3, 20), (0.7, 0.0, 4), (0.7, -1.0, 4))
+  def test_same_draw_as_sample_tools(self, beta, temperature, top_k):
+    rng = np.random.default_rng(11)
+    logits = rng.normal(size=(32, 9)).astype(np.float32)
+    logits[3] = NEG_INF
+    logits[5, :4] = np.nan
+    log_prior = np.log(rng.uniform(0.1, 1.0, size=(32, 9))).astype(np.float32)
+    kw = dict(top_k=top_k, temperature=temperature, beta=beta)
+    want = sampling.sample_tools(jax.random.key(12), logits, log_prior, **kw)
+    tools, has, logp = self.variant(functools.partial(sampling.sample_tools_with_logp, **kw))(
+        jax.random.key(12), logits, log_prior)
+    np.testing.assert_array_equal(tools, want[0])
+    np.testing.assert_array_equal(has, want[1])
+    self.assertEqual(logp.dtype, jnp.float32)
+    self.assertEqual(float(logp[3]), 0.0)  # no candidate: 0
+    if temperature <= 0:
+      np.testing.assert_array_equal(logp, np.zeros(32))  # argmax: mu(a) = 1
+    else:
+      self.assertTrue(np.all(np.isfinite(np.asarray(logp))) and np.all(np.asarray(logp) <= 0))
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_matches_numpy_softmax_over_top_k(self):
+    # One row, N = 5, K = 3; by hand: log pi = logits - logsumexp(logits); C = {1, 3, 0} (largest logits);
+    # score = log pi + 0.5 log prior on C; mu = softmax(score / 0.7) on C.
+    logits = np.array([1.0, 2.5, -0.5, 2.0, 0.0], np.float32)
+    prior = np.array([0.9, 0.2, 0.5, 0.6, 0.3])
+    log_pi = logits.astype(np.float64) - np.log(np.sum(np.exp(logits.astype(np.float64))))
+    cand = np.array([1, 3, 0])
+    score = (log_pi[cand] + 0.5 * np.log(prior[cand])) / 0.7
+    log_mu = score - np.max(score) - np.log(np.sum(np.exp(score - np.max(score))))
+    want = dict(zip(cand.tolist(), log_mu.tolist()))
+    np.testing.assert_allclose(np.exp(list(want.values())), np_fused_probs(
+        logits, np.log(prior), top_k=3, temperature=0.7, beta=0.5)[cand], rtol=1e-12)
+    draws = 400
+    fn = self.variant(functools.partial(sampling.sample_tools_with_logp, top_k=3, temperature=0.7, beta=0.5))
+    tools, has, logp = fn(jax.random.key(13), jnp.broadcast_to(logits, (draws, 5)),
+                          jnp.broadcast_to(jnp.log(jnp.asarray(prior, jnp.float32)), (draws, 5)))
+    self.assertTrue(np.all(has))
+    got = {}
+    for a, lp in zip(np.asarray(tools).tolist(), np.asarray(logp).tolist()):
+      np.testing.assert_allclose(lp, want[a], rtol=1e-5, atol=1e-5)
+      got[a] = lp
+    self.assertEqual(set(got), {0, 1, 3})  # every candidate drawn, nothing outside C
+    self.assertAlmostEqual(float(np.sum(np.exp(list(got.values()), dtype=np.float64))), 1.0, places=5)
+
+  def test_valid_mask_and_invalid_tools_are_outside_the_support(self):
+    # Tool 1 masked, tool 2 -inf: C = {0, 3} for K = 3 (only two valid); mu = softmax(log pi / T) on {0, 3}.
+    logits = jnp.array([[0.3, 5.0, NEG_INF, -0.2]] * 300, jnp.float32)
+    valid = jnp.array([[True, False, True, True]] * 300)
+    tools, _, logp = sampling.sample_tools_with_logp(jax.random.key(14), logits, jnp.zeros((300, 4)), top_k=3,
+                                                     temperature=2.0, beta=0.7, valid_mask=valid)
+    z = np.array([0.3, -0.2]) / 2.0
+    log_mu = z - np.log(np.sum(np.exp(z)))
+    self.assertEqual(set(np.asarray(tools).tolist()), {0, 3})
+    np.testing.assert_allclose(logp, np.where(np.asarray(tools) == 0, *log_mu), rtol=1e-5, atol=1e-5)
+
+  def test_no_retrace_for_new_beta_or_temperature(self):
+    f = sampling.sample_tools_with_logp
+    args = (jax.random.key(0), jnp.zeros((2, 5)), jnp.zeros((2, 5)))
+    f(*args, top_k=3, temperature=0.7, beta=0.0)
+    before = f._cache_size()
+    for beta, t in [(0.1, 0.5), (0.7, 1.0), (0.3, 0.0)]:
+      f(*args, top_k=3, temperature=t, beta=beta)
+    self.assertEqual(f._cache_size(), before)
+
+
 class TemplateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)

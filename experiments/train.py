@@ -87,7 +87,6 @@ def main(argv):
   workdir = os.path.abspath(_WORKDIR.value)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ValueError(f"--workdir {workdir} is a file; give a folder (it is created if missing)")
-  os.makedirs(workdir, exist_ok=True)
   if _DATA_DIR.value:
     if "data" not in config:
       raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
@@ -100,6 +99,7 @@ def main(argv):
   elif config.method == "phgpo_compare":
     from phgpo import train as phgpo_train  # pylint: disable=g-import-not-at-top
     phgpo_train.check_config(config)
+  os.makedirs(workdir, exist_ok=True)
   _check_same_config(workdir, config)
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top

@@ -169,6 +169,9 @@ def find_traject_bench(path: str | os.PathLike | None = None) -> pathlib.Path:
     problem = _check_layout(cand)
     if problem is None:
       logging.info("TRAJECT-Bench data: %s (%s)", cand.resolve(), label)
+      if path is not None and label != "given path" and pathlib.Path(path).expanduser().resolve() != cand.resolve():
+        logging.warning("TRAJECT-Bench: the shared copy %s comes first; the given path %s is not used (%s)",
+                        cand.resolve(), path, _check_layout(pathlib.Path(path).expanduser()) or "it holds data too")
       return cand.resolve()
     looked.append(f"  {label}: {cand} ({problem})")
   target = _default_shared_dir()
@@ -179,7 +182,7 @@ def find_traject_bench(path: str | os.PathLike | None = None) -> pathlib.Path:
       "  public_data/sequential/<Domain>/traj_query.json  (one folder per domain)\n"
       "  public_data/tools/                                (the <Domain>_tool.json catalogue files)\n"
       f"to {target}/ so that {target}/sequential/Finance/traj_query.json and {target}/tools/Finance_tool.json "
-      f"exist; or put them anywhere and pass that folder as the data-directory flag or set ${ENV_VAR}.")
+      f"exist; or put them anywhere and pass that folder as --data_dir (config data.path) or set ${ENV_VAR}.")
 
 
 # ----------------------------------------------------------------------------- tasks

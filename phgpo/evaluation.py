@@ -39,7 +39,8 @@ _TIE_TOL = 1e-9  # cosine similarities within this of the best count as ties (ne
 ROW_NAMES = {"nearest": "nearest training query (no training)", "warmup": "warm-up only",
              "grpo_vanilla": "GRPO, no curriculum", "grpo": "GRPO + curriculum (beta = 0)", "phgpo": "PhGPO",
              "no_curriculum": "PhGPO w/o mixed curriculum", "rho0": "PhGPO, rho = 0",
-             "agnostic_only": "PhGPO, task-agnostic only", "frozen": "PhGPO, pheromone frozen mid-training"}
+             "agnostic_only": "PhGPO, task-agnostic only", "frozen": "PhGPO, pheromone frozen mid-training",
+             "authors": "PhGPO, the authors' schedule"}
 POLICY_ONLY_ROW = "phgpo/policy_only"  # the PhGPO policy decoded with beta = w = 0 (metrics['policy_only'])
 POLICY_ONLY_NAME = "  PhGPO, no pheromone at test"
 _HEADERS = {"match_ratio": "match ratio", "exact_match": "exact match", "lcs": "LCS", "success": "success"}

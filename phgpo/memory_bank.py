@@ -9,7 +9,7 @@ traversed the edge and the best match score q a trajectory of that task earned w
   - when an edge holds more than M entries, the lowest-scored leave first; among equal scores the oldest
     leaves first (a newer entry displaces an older one of the same score, so an edge full of perfect scores
     keeps refreshing instead of freezing on the first tasks seen); each edge's entries are kept sorted by
-    score, best first, and among equal scores newest first.
+    score, best first, and among equal scores newest first (within one batch: the earlier row first).
 Entries hold task rows, not embeddings: the similarity of a new task x to an entry is the cosine of their
 query embeddings, s = cos(e_x, e_task), computed once per rollout as `bank_similarity` over the fixed table
 of every task's embedding (the caller's, e.g. `phgpo.problem.Problem.query_emb`). For x and an edge (i, j):
@@ -182,7 +182,7 @@ def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kap
   Returns:
     (conf f32[B, N] in [0, 1), tau_dep f32[B, N] in [tau_min, tau_max]).
   Notes:
-    O(B N M) gathers and arithmetic per call.
+    O(B N M) gathers and arithmetic per call, O(B N M^2) when top_k_similar < M.
   """
   chex.assert_rank([prev, task_sim], [1, 2])
   chex.assert_equal_shape_prefix([prev, task_sim], 1)

@@ -15,7 +15,7 @@ Source: PhGPO, arXiv 2602.13691 (SPEC.md, PhGPO). One RL step:
 Runs (config `runs`; `RUN_SPECS` says what each changes): 'nearest' (no training: copy the chain of the most
 similar training query), 'warmup' (stage 1 only), 'grpo_vanilla' (GRPO from the warm-up, no curriculum, beta
 = 0), 'grpo' (the curriculum with beta = 0), 'phgpo', and the ablation rows 'no_curriculum', 'rho0',
-'agnostic_only', 'frozen'. Every run of one (split, seed) starts from the same warm-up policy; each split
+'agnostic_only', 'frozen', plus 'authors' (PhGPO with every schedule choice of the authors' trainer). Every run of one (split, seed) starts from the same warm-up policy; each split
 (config `splits`: 'random', 'chain') has its own problem (the graph is built from its training tasks).
 
 Modules: `problem` (data, graph, embeddings, policy), `steps` (train state, jit-compiled functions, one
@@ -65,12 +65,13 @@ RUN_SPECS = {
     "rho0": dict(kind="rl", pheromone=True, curriculum=True, no_evaporation=True),
     "agnostic_only": dict(kind="rl", pheromone=True, curriculum=True, task_dependent=False),
     "frozen": dict(kind="rl", pheromone=True, curriculum=True, freeze=True),
+    "authors": dict(kind="rl", pheromone=True, curriculum=True, authors=True),
 }
 RUN_KINDS = tuple(RUN_SPECS)
 # The rows of each table of config `table` (configs/phgpo_traject.py holds the same tuples); a run of a subset
 # writes results_<table>_<runs>.* beside the full table.
 TABLE_RUNS = {"main": ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo"),
-              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen")}
+              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors")}
 SL_STEPS = ("teacher_forced", "all")
 
 
@@ -129,17 +130,34 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   snaps = list(config.logging.pheromone_snapshots)
   if any(int(k) != k or not 0 <= k <= config.rl.steps for k in snaps):
     raise ValueError(f"config logging.pheromone_snapshots must be RL steps in [0, {config.rl.steps}], got {snaps}")
-  if not 0.0 <= config.pheromone.sim_threshold <= 1.0:
-    raise ValueError(f"config pheromone.sim_threshold must lie in [0, 1], got {config.pheromone.sim_threshold}")
+  pc = config.pheromone
+  if not 0.0 <= pc.sim_threshold <= 1.0:
+    raise ValueError(f"config pheromone.sim_threshold must lie in [0, 1], got {pc.sim_threshold}")
+  if not pc.kappa > 0 or int(pc.bank_per_edge) < 1 or int(pc.top_k_similar) < 1:
+    raise ValueError(f"config pheromone.kappa must be > 0 and pheromone.bank_per_edge, pheromone.top_k_similar >= 1; "
+                     f"got {pc.kappa}, {pc.bank_per_edge}, {pc.top_k_similar}")
+  if pc.dep_units not in pher_lib.DEP_UNITS:
+    raise ValueError(f"config pheromone.dep_units must be one of {pher_lib.DEP_UNITS}, got {pc.dep_units!r}")
+  if int(pc.freeze_at) < -1:
+    raise ValueError(f"config pheromone.freeze_at must be -1 (never) or an RL step >= 0, got {pc.freeze_at}")
+  if config.rl.reward not in ("match_ratio", "success", "exact"):
+    raise ValueError(f"config rl.reward must be 'match_ratio', 'success' or 'exact', got {config.rl.reward!r}")
+  if cc.lambda_floor > 0 and config.rl.sl_steps == "teacher_forced" and cc.p_tf_floor == 0:
+    raise ValueError("config curriculum.lambda_floor > 0 keeps an SL weight in stage 3, but stage 3 has no "
+                     "teacher-forced step with curriculum.p_tf_floor = 0 and rl.sl_steps = 'teacher_forced', so it "
+                     "would only scale the policy gradient by 1 - lambda; set rl.sl_steps=all or "
+                     "curriculum.p_tf_floor > 0 (the authors: 0.05)")
 
 
 def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
   """The config one RL run trains with: `config` with its `RUN_SPECS` entry applied.
 
   beta = 0 runs set pheromone.beta_max = pheromone.w_max = 0 (the pheromone is still updated, never used);
-  no-curriculum runs set curriculum.steps = 0 (stage 3 from the first step: no teacher forcing, no SL term,
-  full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
-  'frozen' sets pheromone.freeze_at = ablation.freeze_at.
+  no-curriculum runs set curriculum.steps = 0 and the curriculum floors curriculum.lambda_floor =
+  curriculum.p_tf_floor = 0 (stage 3 from the first step: no teacher forcing, no SL term, full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
+  'frozen' sets pheromone.freeze_at = ablation.freeze_at; 'authors' switches every schedule choice to the
+  authors' released trainer: curriculum.lambda_floor = 0.3, curriculum.p_tf_floor = 0.05,
+  curriculum.beta_start_fraction = 1.0, pheromone.first_step = False, rl.sl_steps = 'all'.
 
   Raises:
     ValueError: an unknown run name.
@@ -153,6 +171,8 @@ def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.Co
     cfg.pheromone.w_max = 0.0
   if not spec.get("curriculum", True):
     cfg.curriculum.steps = 0
+    cfg.curriculum.lambda_floor = 0.0
+    cfg.curriculum.p_tf_floor = 0.0
   if spec.get("no_evaporation"):
     cfg.pheromone.rho = 0.0
     cfg.pheromone.arg_rho = 0.0
@@ -160,6 +180,12 @@ def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.Co
     cfg.pheromone.w_max = 0.0
   if spec.get("freeze"):
     cfg.pheromone.freeze_at = int(config.ablation.freeze_at)
+  if spec.get("authors"):
+    cfg.curriculum.lambda_floor = 0.3
+    cfg.curriculum.p_tf_floor = 0.05
+    cfg.curriculum.beta_start_fraction = 1.0
+    cfg.pheromone.first_step = False
+    cfg.rl.sl_steps = "all"
   cfg.lock()
   return cfg
 
@@ -235,9 +261,14 @@ def _snapshot(config, workdir: str, step: int, pher) -> None:
   os.replace(path + ".tmp", path)
 
 
-def first_success_summary(first: dict[str, int], visited: set[str] | list[str]) -> dict:
+def first_success_summary(first: dict[str, int], visited) -> dict:
   """{'median_steps': median RL step (1-based) of each visited task's first successful rollout, or None;
-  'fraction': share of visited training tasks with a successful rollout; 'visited': count}."""
+  'fraction': share of visited training tasks with a successful rollout; 'visited': count}.
+
+  Args:
+    first: task id -> RL step (1-based) of its first successful rollout without a teacher-forced call.
+    visited: task ids rolled out at least once (any iterable; a dict's keys count).
+  """
   visited = set(visited)
   hits = [first[t] for t in visited if t in first]
   return {"median_steps": float(np.median(hits)) if hits else None,
@@ -251,8 +282,9 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   The run's pheromone weights are its config's `pheromone.beta_max` and `pheromone.w_max` (0: plain GRPO; see
   run_config). The pheromone stops changing after `pheromone.freeze_at` RL steps when that is >= 0. Writes
   the effective pheromone at the steps of `logging.pheromone_snapshots`, and `first_success.json`: for each
-  training task visited, the RL step (1-based) of its first rollout with match ratio >= `eval.success_threshold`
-  (teacher-forced steps included).
+  training task visited (and the step of its first visit), the RL step (1-based) of its first rollout with match
+  ratio >= `eval.success_threshold` and no teacher-forced call (so rows with and without the curriculum's
+  teacher forcing compare the policy's own successes). On resume, entries after the checkpoint are dropped.
 
   Args:
     config: the run's config (from run_config).
@@ -269,8 +301,10 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
                            params=init_params)
   ck, state, start, writer = _open_run(config, workdir, state)
   fs_path = os.path.join(workdir, "first_success.json")
-  fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": []}
-  first, visited = dict(fs["first"]), set(fs["visited"])
+  fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": {}}
+  # Steps after the checkpoint are replayed: forget what they recorded.
+  first = {t: s for t, s in fs["first"].items() if s <= start}
+  visited = {t: s for t, s in fs["visited"].items() if s <= start}
   m = rc.rollouts_per_task
   envs = rollout_lib.make_envs(config, problem, rc.tasks_per_step * m)
   try:
@@ -298,12 +332,13 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
       mr = rollout_lib.score_trajectories(rb.tools, rb.length, problem.gold_tools[rb.task],
                                           problem.gold_len[rb.task], kind="match_ratio",
                                           horizon=problem.gold_tools.shape[1])
+      own = ~rb.sl_mask.any(axis=1)   # no teacher-forced call
       for i, t in enumerate(rb.task):
         tid = problem.tasks[int(t)].task_id
-        visited.add(tid)
-        if mr[i] >= config.eval.success_threshold and tid not in first:
+        visited.setdefault(tid, step + 1)
+        if own[i] and mr[i] >= config.eval.success_threshold and tid not in first:
           first[tid] = step + 1
-      _write_json(fs_path, {"first": first, "visited": sorted(visited)})
+      _write_json(fs_path, {"first": first, "visited": visited})
       if _log_now(config, step, rc.steps):
         aux = jax.device_get(aux)
         row = {f"rl/{k}": v for k, v in aux.items()}
@@ -420,8 +455,9 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
 
 
 def provenance_record(config, problem: Problem) -> dict:
-  """What a table was made from: the code's commit (`common.provenance.code_version`), the config, a sha256 of
-  the TRAJECT-Bench files read and one of the query and tool embeddings used (the embedding cache's content)."""
+  """What a table was made from: the code's commit (`common.provenance.code_version`), the config, a sha256 over
+  every file of the TRAJECT-Bench folder (`common.provenance.data_fingerprint`) and one of the query and tool
+  embeddings used (what the embedding cache gave)."""
   root = data_lib.find_traject_bench(config.data.path or None)
   emb = hashlib.sha256(np.ascontiguousarray(problem.query_emb, np.float32).tobytes()
                        + np.ascontiguousarray(problem.tool_emb, np.float32).tobytes()).hexdigest()
@@ -464,8 +500,9 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
                       for seed in config.seeds}
     ref = config.reference if config.reference in config.runs else None
     title = f"{config.table} table, {split} split: {len(problem.eval_idx)} held-out tasks"
-    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title))
-    paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref)
+    st = dict(confidence=config.stats.confidence, resamples=config.stats.resamples, method=config.stats.method)
+    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title, **st))
+    paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref, **st)
   from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
   pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),
                                seeds=list(config.seeds), tool_names=tool_names)

@@ -132,6 +132,8 @@ class PhGPOTrainTest(absltest.TestCase):
     self.assertEqual(int(resumed.step), c.rl.steps)
     for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(resumed)):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    self.assertEqual(json.load(open(os.path.join(d1, "first_success.json"))),
+                     json.load(open(os.path.join(d2, "first_success.json"))))
     rows1 = [json.loads(l) for l in open(os.path.join(d1, "metrics.jsonl"))]
     rows2 = [json.loads(l) for l in open(os.path.join(d2, "metrics.jsonl"))]
     self.assertEqual(rows1, rows2)
@@ -249,6 +251,10 @@ class PhGPOTrainTest(absltest.TestCase):
     self.assertEqual((get("rho0").pheromone.rho, get("rho0").pheromone.arg_rho), (0.0, 0.0))
     self.assertEqual((get("agnostic_only").pheromone.w_max, get("agnostic_only").pheromone.beta_max), (0.0, 0.7))
     self.assertEqual(get("frozen").pheromone.freeze_at, c.ablation.freeze_at)
+    authors = get("authors")
+    self.assertEqual((authors.curriculum.lambda_floor, authors.curriculum.p_tf_floor,
+                      authors.curriculum.beta_start_fraction, authors.pheromone.first_step, authors.rl.sl_steps),
+                     (0.3, 0.05, 1.0, False, "all"))
     with self.assertRaisesRegex(ValueError, "unknown run 'ppo'"):
       train.run_config(c, "ppo")
 

@@ -16,8 +16,13 @@ from absl import flags
 from phgpo import analysis
 from phgpo import train
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "The run directory given to experiments.train as --workdir.")
-flags.mark_flags_as_required(["workdir"])
+
+
+def _define_flags() -> None:
+  """Defined only when run as a program, so importing plot_workdir (tests, notebooks) never clashes with
+  experiments.train's flag of the same name."""
+  flags.DEFINE_string("workdir", None, "The run directory given to experiments.train as --workdir.")
+  flags.mark_flags_as_required(["workdir"])
 
 
 def plot_workdir(workdir: str) -> list[str]:
@@ -44,15 +49,17 @@ def plot_workdir(workdir: str) -> list[str]:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  workdir = flags.FLAGS.workdir
   try:
-    paths = plot_workdir(_WORKDIR.value)
+    paths = plot_workdir(workdir)
   except FileNotFoundError as e:
     raise app.UsageError(str(e)) from None
   for p in paths:
     print(p)
   if not paths:
-    print(f"no picture: no run under {_WORKDIR.value} has pheromone snapshots or logged rl/reward")
+    print(f"no picture: no run under {workdir} has pheromone snapshots or logged rl/reward")
 
 
 if __name__ == "__main__":
+  _define_flags()
   app.run(main)

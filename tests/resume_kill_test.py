@@ -146,9 +146,11 @@ def _rows(path: str) -> list[dict]:
 
 class _KillResumeTestCase(absltest.TestCase):
 
-  def assert_same_outputs(self, ref: str, run: str, metrics_dirs: list[str], results: str = "results.json"):
-    """The results files and each metrics.jsonl (wall-clock fields aside) equal between two workdirs."""
-    for rel in [results] + [os.path.join(d, results) for d in metrics_dirs
+  def assert_same_outputs(self, ref: str, run: str, metrics_dirs: list[str], results: str = "results.json",
+                          top: str | None = None):
+    """The results files (the workdir's `top`, default `results`, and each run's) and each metrics.jsonl
+    (wall-clock fields aside) equal between two workdirs."""
+    for rel in [top or results] + [os.path.join(d, results) for d in metrics_dirs
                             if os.path.exists(os.path.join(ref, d, results))]:
       with open(os.path.join(ref, rel)) as f:
         want = _strip_times(json.load(f))
@@ -186,13 +188,14 @@ class PhGPOKillResumeTest(_KillResumeTestCase):
     overrides = ["--config.runs=('warmup',)", "--config.env.sandboxed=False"]
     ref, run = os.path.join(tmp, "ref"), os.path.join(tmp, "run")
     _wait(_launch(ref, PHGPO_SMOKE, overrides, log), log)
-    stage = os.path.join(run, "seed_0", "warmup")
+    stage = os.path.join(run, "random", "seed_0", "warmup")
     proc = _launch(run, PHGPO_SMOKE, overrides, log)
     why = kill_when(proc, log, stage, WARMUP_STEPS)
     print("killed:", why)
-    self.assertFalse(os.path.exists(os.path.join(run, "results.json")), why)
+    self.assertFalse(os.path.exists(os.path.join(run, "results_main_warmup.json")), why)
     _wait(_launch(run, PHGPO_SMOKE, overrides, log), log)
-    self.assert_same_outputs(ref, run, ["seed_0/warmup"])
+    self.assertTrue(os.path.exists(os.path.join(run, "results_main_warmup.json")))
+    self.assert_same_outputs(ref, run, ["random/seed_0/warmup"], top="results_main_warmup.json")
 
   @pytest.mark.slow
   def test_sigkill_mid_each_stage(self):
@@ -202,14 +205,16 @@ class PhGPOKillResumeTest(_KillResumeTestCase):
     log = os.path.join(tmp, "log.txt")
     ref, run = os.path.join(tmp, "ref"), os.path.join(tmp, "run")
     _wait(_launch(ref, PHGPO_SMOKE, [], log), log)
-    seed = os.path.join(run, "seed_0")
+    seed = os.path.join(run, "random", "seed_0")
     for stage, total, final in (("warmup", WARMUP_STEPS, None), ("grpo", RL_STEPS, "results.json"),
                                 ("phgpo", RL_STEPS, "results.json")):
       proc = _launch(run, PHGPO_SMOKE, [], log)
       print("killed:", kill_when(proc, log, os.path.join(seed, stage), total, final_artifact=final))
     _wait(_launch(run, PHGPO_SMOKE, [], log), log)
-    self.assert_same_outputs(ref, run, ["seed_0/warmup", "seed_0/grpo", "seed_0/phgpo"])
-    with open(os.path.join(ref, "results_table.txt")) as f, open(os.path.join(run, "results_table.txt")) as g:
+    table = "results_main_nearest-warmup-grpo-phgpo.txt"   # the smoke config's rows: a subset of the main table
+    self.assert_same_outputs(ref, run, ["random/seed_0/warmup", "random/seed_0/grpo", "random/seed_0/phgpo"],
+                             top=table.replace(".txt", ".json"))
+    with open(os.path.join(ref, table)) as f, open(os.path.join(run, table)) as g:
       self.assertEqual(g.read(), f.read())
 
 

@@ -159,7 +159,7 @@ def _left_on_disk():
   from common import sandbox_cgroup
   tmp = tempfile.gettempdir()
   out = set(glob.glob(os.path.join(tmp, f"agentrl-*-{os.getpid()}-*")))
-  out |= set(glob.glob(os.path.join(tmp, "agentrl-env-*.log")))
+  out |= set(glob.glob(os.path.join(tmp, f"agentrl-env-{os.getpid()}-*.log")))   # other processes' logs are theirs
   det = sandbox_cgroup._detect_once("auto")
   for parent in tuple(det.parents) + ((det.freezer,) if getattr(det, "freezer", None) else ()):
     out |= set(glob.glob(os.path.join(parent, f"agentrl-{os.getpid()}-*")))

@@ -452,6 +452,30 @@ def load_tool_catalogue(root: str | os.PathLike, tasks: Sequence[Task] | None = 
 # ----------------------------------------------------------------------------- split and summary
 
 
+def _hold_out_by_domain(tasks: Sequence[Task], unit, *, held_out_fraction: float, seed: int,
+                        caller: str) -> tuple[list[Task], list[Task]]:
+  """The shared rule of both splits: per domain, round(held_out_fraction * units) of the domain's distinct
+  units (sorted) go to the held-out set, drawn by a permutation seeded by (seed, crc32(domain)); a task is
+  held out with its unit. `unit(task)` is a sortable key (the task id, or the gold tool chain)."""
+  if not 0.0 <= held_out_fraction < 1.0:
+    raise ValueError(f"held_out_fraction must be in [0, 1) (config key data.held_out_fraction), "
+                     f"got {held_out_fraction}")
+  ids = [t.task_id for t in tasks]
+  if len(set(ids)) != len(ids):
+    raise ValueError(f"duplicate task ids; {caller} needs each task once")
+  by_domain: dict[str, set] = collections.defaultdict(set)
+  for t in tasks:
+    by_domain[t.domain].add(unit(t))
+  held: set = set()
+  for domain, units in by_domain.items():
+    units = sorted(units)
+    n_held = int(np.floor(held_out_fraction * len(units) + 0.5))
+    rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
+    held.update((domain, units[i]) for i in rng.permutation(len(units))[:n_held])
+  is_held = [(t.domain, unit(t)) in held for t in tasks]
+  return [t for t, h in zip(tasks, is_held) if not h], [t for t, h in zip(tasks, is_held) if h]
+
+
 def split_tasks(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
                 seed: int = 0) -> tuple[list[Task], list[Task]]:
   """Splits tasks into train and held-out sets, stratified by domain.
@@ -469,22 +493,8 @@ def split_tasks(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
   Raises:
     ValueError: a fraction outside [0, 1) or duplicate task ids.
   """
-  if not 0.0 <= held_out_fraction < 1.0:
-    raise ValueError(f"held_out_fraction must be in [0, 1) (config key data.held_out_fraction), "
-                     f"got {held_out_fraction}")
-  ids = [t.task_id for t in tasks]
-  if len(set(ids)) != len(ids):
-    raise ValueError("duplicate task ids; split_tasks needs each task once")
-  by_domain: dict[str, list[str]] = collections.defaultdict(list)
-  for t in tasks:
-    by_domain[t.domain].append(t.task_id)
-  held: set[str] = set()
-  for domain, dom_ids in by_domain.items():
-    dom_ids = sorted(dom_ids)
-    n_held = int(np.floor(held_out_fraction * len(dom_ids) + 0.5))
-    rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
-    held.update(dom_ids[i] for i in rng.permutation(len(dom_ids))[:n_held])
-  return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
+  return _hold_out_by_domain(tasks, lambda t: t.task_id, held_out_fraction=held_out_fraction, seed=seed,
+                             caller="split_tasks")
 
 
 SPLITS = ("random", "chain")
@@ -510,23 +520,8 @@ def split_tasks_by_chain(tasks: Sequence[Task], *, held_out_fraction: float = 0.
   Raises:
     ValueError: a fraction outside [0, 1) or duplicate task ids.
   """
-  if not 0.0 <= held_out_fraction < 1.0:
-    raise ValueError(f"held_out_fraction must be in [0, 1) (config key data.held_out_fraction), "
-                     f"got {held_out_fraction}")
-  ids = [t.task_id for t in tasks]
-  if len(set(ids)) != len(ids):
-    raise ValueError("duplicate task ids; split_tasks_by_chain needs each task once")
-  chains: dict[str, set[tuple[str, ...]]] = collections.defaultdict(set)
-  for t in tasks:
-    chains[t.domain].add(tuple(c.name for c in t.calls))
-  held: set[tuple[str, tuple[str, ...]]] = set()
-  for domain, dom_chains in chains.items():
-    dom_chains = sorted(dom_chains)
-    n_held = int(np.floor(held_out_fraction * len(dom_chains) + 0.5))
-    rng = np.random.default_rng([seed, zlib.crc32(domain.encode())])
-    held.update((domain, dom_chains[i]) for i in rng.permutation(len(dom_chains))[:n_held])
-  is_held = [(t.domain, tuple(c.name for c in t.calls)) in held for t in tasks]
-  return ([t for t, h in zip(tasks, is_held) if not h], [t for t, h in zip(tasks, is_held) if h])
+  return _hold_out_by_domain(tasks, lambda t: tuple(c.name for c in t.calls),
+                             held_out_fraction=held_out_fraction, seed=seed, caller="split_tasks_by_chain")
 
 
 def dataset_summary(tasks: Sequence[Task], tools: Sequence[ToolSpec] | None = None) -> dict[str, Any]:

@@ -69,7 +69,14 @@ def bank_similarity(task_keys: chex.Array, task_emb: chex.Array) -> jax.Array:
 
 
 def empty_bank(num_tools: int, per_edge: int) -> tuple[jax.Array, jax.Array]:
-  """(bank_task i32[N+1, N, M] all -1, bank_score f32[N+1, N, M] all 0): a bank with no entry."""
+  """(bank_task i32[N+1, N, M] all -1, bank_score f32[N+1, N, M] all 0): a bank with no entry.
+
+  Args:
+    num_tools: N, the tools of the graph (row N of the bank is START).
+    per_edge: M >= 1, entries per edge (config `pheromone.bank_per_edge`).
+  Raises:
+    ValueError: per_edge < 1 (the message says how to disable the task-dependent pheromone instead).
+  """
   if int(per_edge) < 1:
     raise ValueError(f"pheromone.bank_per_edge must be >= 1, got {per_edge}; to disable the "
                      "task-dependent pheromone set pheromone.w_max to 0 instead.")

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "env": "benchmarks.env_bench",
     "lm": "benchmarks.lm_bench",
     "progagent": "benchmarks.progagent_bench",
+    "progagent_model": "benchmarks.progagent_model_bench",
     "chat": "benchmarks.chat_bench",
 }
 

@@ -1,21 +1,34 @@
-"""Audit of the ProgAgent task library: every oracle passes at every scale, doing nothing and a wrong answer fail.
+"""Audit of the ProgAgent task library: every oracle passes under every harness at every scale; doing nothing, a
+plausible wrong answer and a memorised answer fail.
 
-  python -m progagent.audit [--levels 0,1,2,3] [--seeds 0] [--tasks retail,hr/] [--runtime inprocess|kernel]
+  python -m progagent.audit [--levels 0,1,2,3] [--seeds 0,1,2,3,4] [--tasks retail,hr/] [--runtime inprocess|kernel]
+                            [--max-dtc-tokens 16000] [--json audit.json]
 
-Per task and level (SPEC.md, ProgAgent, "task synthesis with environment-state scaling"):
+Per task, level and seed (SPEC.md, ProgAgent, "task synthesis with environment-state scaling"):
   noop     R = 0 right after reset (doing nothing fails);
-  ptc      the PTC oracle program(s) under the PTC harness give R = 1 with no failed tool call;
-  dtc      the DTC oracle (the program one JSON call per turn, reading observations) gives R = 1;
+  ptc      the PTC oracle program(s) under the PTC harness give R = 1 with no error (a failed tool call is
+           allowed only in tasks tagged 'errors', whose tools fail on purpose: audit.clean);
+  hybrid   the same programs under the Hybrid harness (both tool kinds offered) give R = 1;
+  dtc      the DTC oracle (the program one JSON call per turn, reading observations) gives R = 1; at v0 its
+           whole context stays within --max-dtc-tokens (regex token proxy, progagent.harness);
   wrong    the task's plausible wrong solution gives R = 0 (a wrong program, or the oracle's answer perturbed);
   same     instruction and tool list are identical to those at v0.
-Then, per level, the mean database size (KB = 1024 bytes), workspace file count and database rows over
-tasks. `--runtime kernel` runs the PTC programs in the sandboxed kernel (progagent.runtime) instead of
-in-process. Exit status 1 when any check fails (each failure is listed).
+Per task, over the audited seeds and levels (answers cannot be memorised):
+  vary     at each level, the oracle's answers are not all equal over the seeds (tasks that ask for an answer;
+           needs two or more seeds);
+  cross    the v0 / first-seed instance's outcome does not carry over: its answer, submitted on every other
+           audited (level, seed) instance, fails there; for tasks with a state check, its DTC oracle's tool
+           calls replayed verbatim on every other instance fail there.
+Then, per level, the mean database size (KB = 1024 bytes), workspace file count, database rows and the DTC
+oracle's context tokens, and a summary of the library (domains, tasks, tools per domain, tags). `--runtime
+kernel` runs the PTC programs in the sandboxed kernel (progagent.runtime) instead of in-process. Exit status
+1 when any check fails (each failure is listed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -27,9 +40,13 @@ from progagent.task_env import ProgTaskEnv
 from progagent.tasks import base
 
 
-def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess") -> dict:
-  """Runs the four checks on one instance; returns {'noop', 'ptc', 'dtc', 'wrong': ok bool, 'notes': [...],
-  'size': state_size(), 'answer': the oracle's submitted answer}."""
+def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess",
+                   max_dtc_tokens: int | None = None) -> dict:
+  """Runs the per-instance checks on one instance.
+
+  Returns {'noop', 'ptc', 'hybrid', 'dtc', 'wrong': ok bool, 'notes': [...], 'size': state_size(), 'answer':
+  the PTC oracle's submitted answer, 'dtc_calls': the DTC oracle's calls [{'name', 'arguments'}],
+  'dtc_tokens': the DTC oracle's context tokens}. `max_dtc_tokens` (None: no limit) bounds dtc_tokens."""
   task = env.task
   out: dict = {"notes": []}
   env.reset(task.task_id, seed)
@@ -37,21 +54,58 @@ def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess
   out["noop"] = env.verify() == 0
   if not out["noop"]:
     out["notes"].append("doing nothing passes the verifier")
-  ep = harness.run_oracle(env, "ptc", seed=seed, runtime=runtime)
-  out["answer"] = env.submitted_answer
-  out["ptc"] = ep.stats.reward == 1.0 and ep.stats.errors == 0 and ep.stats.end == "done"
-  if not out["ptc"]:
-    obs = [m["content"][:300] for m in ep.messages[3:]]
-    out["notes"].append(f"PTC oracle: R={ep.stats.reward}, errors={ep.stats.errors}, end={ep.stats.end}, {obs}")
+  for mode in ("ptc", "hybrid"):
+    ep = harness.run_oracle(env, mode, seed=seed, runtime=runtime)
+    if mode == "ptc":
+      out["answer"] = env.submitted_answer
+    out[mode] = ep.stats.reward == 1.0 and ep.stats.end == "done" and clean(task, ep.stats)
+    if not out[mode]:
+      obs = [m["content"][:300] for m in ep.messages[3:]]
+      out["notes"].append(f"{mode.upper()} oracle: R={ep.stats.reward}, errors={ep.stats.errors}, "
+                          f"end={ep.stats.end}, {obs}")
   ep = harness.run_oracle(env, "dtc", seed=seed)
-  out["dtc"] = ep.stats.reward == 1.0 and ep.stats.errors == 0 and ep.stats.end == "done"
+  out["dtc_tokens"] = ep.stats.context_tokens
+  out["dtc_calls"] = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                      for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+  out["dtc"] = ep.stats.reward == 1.0 and ep.stats.end == "done" and clean(task, ep.stats)
   if not out["dtc"]:
     out["notes"].append(f"DTC oracle: R={ep.stats.reward}, errors={ep.stats.errors}, end={ep.stats.end}, "
                         f"last={ep.messages[-1]['content'][:300]}")
+  if max_dtc_tokens is not None and out["dtc_tokens"] > max_dtc_tokens:
+    out["dtc"] = False
+    out["notes"].append(f"DTC oracle context {out['dtc_tokens']} tokens > {max_dtc_tokens} (--max-dtc-tokens): "
+                        "give the list tools filters the oracle can use")
   out["wrong"] = run_wrong(env, out["answer"], seed=seed, runtime=runtime) == 0
   if not out["wrong"]:
     out["notes"].append("the plausible wrong solution passes the verifier")
   return out
+
+
+def clean(task: base.Task, stats: harness.EpisodeStats) -> bool:
+  """Whether an oracle episode made no error it should not: no unreadable call, no program that raised, and no
+  failed tool call unless the task is tagged 'errors' (its tools fail on purpose and the oracle recovers)."""
+  return (stats.parse_errors == 0 and stats.program_errors == 0
+          and (stats.tool_errors == 0 or "errors" in task.tags))
+
+
+def answers_vary(kind: str, answers: list) -> bool:
+  """Whether the oracle answers of one level differ somewhere (False: one answer would pass every seed)."""
+  return any(not base.answer_matches(kind, a, answers[0]) for a in answers[1:])
+
+
+def carries_over(env: ProgTaskEnv, reference: dict, seed: int) -> bool:
+  """Whether the reference instance's outcome passes on (env's level, seed): its answer submitted there (tasks
+  without a state check), else its DTC oracle calls replayed verbatim. True is a failed audit."""
+  task = env.task
+  env.reset(task.task_id, seed)
+  if task.check is None:
+    env.step({"name": "submit_answer", "arguments": {"answer": reference["answer"]}})
+  else:
+    for call in reference["dtc_calls"]:
+      if env.done:
+        break
+      env.step(call)
+  return env.verify() == 1
 
 
 def run_wrong(env: ProgTaskEnv, oracle_answer, *, seed: int = 0, runtime: str = "inprocess") -> int:
@@ -81,13 +135,88 @@ def _select(spec: str | None) -> list[str]:
   return chosen
 
 
+def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, cache: str,
+               max_dtc_tokens: int | None) -> dict:
+  """All checks of one task: {'levels': {level: {'ok', 'sizes', 'dtc_tokens'}}, 'vary', 'cross', 'failures'}."""
+  failures: list[str] = []
+  per_level: dict = {}
+  ref = None
+  answers: dict = {}
+  ref_env = ProgTaskEnv(tid, 0)
+  try:
+    v0_tools, v0_prompt = ref_env.tools(), ref_env.task.prompt
+  finally:
+    ref_env.close()
+  task = tasks_lib.get_task(tid)
+  for lvl in levels:
+    rec = {"ok": True, "sizes": [], "dtc_tokens": []}
+    env = ProgTaskEnv(tid, lvl, cache_dir=cache)
+    try:
+      if env.tools() != v0_tools or env.task.prompt != v0_prompt:
+        rec["ok"] = False
+        failures.append(f"{tid}@v{lvl}: instruction or tools differ from v0")
+      for seed in seeds:
+        r = check_instance(env, seed=seed, runtime=runtime, max_dtc_tokens=max_dtc_tokens if lvl == 0 else None)
+        rec["sizes"].append(r["size"])
+        rec["dtc_tokens"].append(r["dtc_tokens"])
+        answers.setdefault(lvl, []).append(r["answer"])
+        if ref is None:
+          ref = r
+        rec["ok"] = rec["ok"] and r["noop"] and r["ptc"] and r["hybrid"] and r["dtc"] and r["wrong"]
+        failures += [f"{tid}@v{lvl} seed {seed}: {n}" for n in r["notes"]]
+    except Exception as e:  # a broken task is a failure, the audit goes on
+      rec["ok"] = False
+      failures.append(f"{tid}@v{lvl}: {type(e).__name__}: {e}")
+    finally:
+      env.close()
+    per_level[lvl] = rec
+  vary = None
+  if task.answer is not None and len(seeds) > 1:
+    const = [lvl for lvl, a in answers.items() if len(a) == len(seeds) and not answers_vary(task.answer, a)]
+    vary = not const
+    if const:
+      failures.append(f"{tid}: the oracle answer is the same for every seed {seeds} at level(s) {const} "
+                      f"({answers[const[0]][0]!r}): plant seed-dependent values")
+  cross = None
+  if ref is not None:
+    carried = []
+    for lvl in levels:
+      env = ProgTaskEnv(tid, lvl, cache_dir=cache)
+      try:
+        for seed in seeds:
+          if (lvl, seed) != (levels[0], seeds[0]) and carries_over(env, ref, seed):
+            carried.append(f"v{lvl}/s{seed}")
+      finally:
+        env.close()
+    cross = not carried
+    if carried:
+      what = "answer" if task.check is None else "replayed tool calls"
+      failures.append(f"{tid}: the v{levels[0]}/seed-{seeds[0]} {what} also pass on {carried}")
+  return {"levels": per_level, "vary": vary, "cross": cross, "failures": failures}
+
+
+def library_summary(ids: list[str]) -> str:
+  """Domains, tasks, tools per domain and tags of the audited tasks."""
+  domains = sorted({tasks_lib.get_task(t).domain.name for t in ids})
+  n_tools = [len(tasks_lib.DOMAINS[d].tools) + 1 for d in domains]   # + submit_answer
+  tags = {tag: sum(tag in tasks_lib.get_task(t).tags for t in ids) for tag in base.TAGS}
+  hard = sum(any(tag in base.HARD_TAGS for tag in tasks_lib.get_task(t).tags) for t in ids)
+  state = sum(tasks_lib.get_task(t).answer is None for t in ids)
+  return (f"library: {len(domains)} domains, {len(ids)} tasks ({state} pure state changes), "
+          f"{statistics.mean(n_tools):.2f} tools per domain (submit_answer included); tags: "
+          + ", ".join(f"{k} {v}" for k, v in tags.items()) + f"; {hard} tasks with explore/errors/writeback")
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--levels", default="0,1,2,3", help="comma-separated scale levels (0..3)")
-  p.add_argument("--seeds", default="0", help="comma-separated generator seeds")
+  p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated generator seeds (two or more for 'vary')")
   p.add_argument("--tasks", default=None, help="comma-separated task ids or domains (default: all)")
   p.add_argument("--runtime", default="inprocess", choices=("inprocess", "kernel"),
                  help="where PTC programs run: in this process, or the sandboxed kernel (progagent.runtime)")
+  p.add_argument("--max-dtc-tokens", type=int, default=16_000,
+                 help="the DTC oracle's context limit at v0 (regex token proxy); 0 = no limit")
+  p.add_argument("--json", default=None, help="also write every task's results to this JSON file")
   a = p.parse_args(argv)
   levels = [int(x) for x in a.levels.split(",")]
   for lvl in levels:
@@ -97,39 +226,38 @@ def main(argv: list[str] | None = None) -> int:
   failures: list[str] = []
   t0 = time.time()
   print(f"auditing {len(ids)} tasks in {len({t.split('/')[0] for t in ids})} domains at levels {levels}, "
-        f"seeds {seeds}, PTC runtime {a.runtime}")
+        f"seeds {seeds}, PTC runtime {a.runtime}", flush=True)
+  print(library_summary(ids), flush=True)
+  results: dict = {}
   with tempfile.TemporaryDirectory(prefix="progaudit-") as cache:
-    rows = []
-    for lvl in levels:
-      sizes = []
-      passed = 0
-      for tid in ids:
-        env = ProgTaskEnv(tid, lvl, cache_dir=cache)
-        try:
-          ref = ProgTaskEnv(tid, 0)
-          same = ref.tools() == env.tools() and ref.task.prompt == env.task.prompt
-          ref.close()
-          ok = same
-          if not same:
-            failures.append(f"{tid}@v{lvl}: instruction or tools differ from v0")
-          for seed in seeds:
-            r = check_instance(env, seed=seed, runtime=a.runtime)
-            sizes.append(r["size"])
-            good = r["noop"] and r["ptc"] and r["dtc"] and r["wrong"]
-            ok = ok and good
-            failures += [f"{tid}@v{lvl} seed {seed}: {n}" for n in r["notes"]]
-          passed += int(ok)
-        except Exception as e:  # a broken task is a failure, the audit goes on
-          failures.append(f"{tid}@v{lvl}: {type(e).__name__}: {e}")
-        finally:
-          env.close()
-      rows.append((lvl, passed, statistics.mean(s["db_kb"] for s in sizes) if sizes else 0.0,
-                   statistics.mean(s["files"] for s in sizes) if sizes else 0.0,
-                   statistics.mean(s["rows"] for s in sizes) if sizes else 0.0))
-      print(f"  v{lvl}: {passed}/{len(ids)} tasks pass  ({time.time() - t0:.0f} s)", flush=True)
-  print("\nlevel  tasks_passed  mean_db_kb  mean_files  mean_db_rows")
-  for lvl, passed, kb, files, nrows in rows:
-    print(f"v{lvl}     {passed:>3}/{len(ids):<3}      {kb:8.1f}    {files:8.1f}    {nrows:10.1f}")
+    for i, tid in enumerate(ids):
+      res = audit_task(tid, levels, seeds, runtime=a.runtime, cache=cache, max_dtc_tokens=a.max_dtc_tokens or None)
+      results[tid] = res
+      failures += res["failures"]
+      ok = all(r["ok"] for r in res["levels"].values()) and res["vary"] is not False and res["cross"] is not False
+      print(f"  [{i + 1}/{len(ids)}] {tid}: {'ok' if ok else 'FAIL'}  ({time.time() - t0:.0f} s)", flush=True)
+  print("\nlevel  tasks_passed      mean_db_kb  mean_files  mean_db_rows  DTC_ctx_tok(mean/max)")
+  for lvl in levels:
+    recs = [results[t]["levels"][lvl] for t in ids]
+    sizes = [s for r in recs for s in r["sizes"]]
+    toks = [x for r in recs for x in r["dtc_tokens"]]
+    passed = sum(r["ok"] for r in recs)
+    m = statistics.mean
+    print(f"v{lvl}     {passed:>3}/{len(ids):<3} tasks   {m(s['db_kb'] for s in sizes) if sizes else 0:8.1f}    "
+          f"{m(s['files'] for s in sizes) if sizes else 0:8.1f}    {m(s['rows'] for s in sizes) if sizes else 0:10.1f}"
+          f"    {m(toks) if toks else 0:8.0f} / {max(toks) if toks else 0:6.0f}")
+  answer_tasks = [t for t in ids if results[t]["vary"] is not None]
+  print(f"\nvary:  {sum(results[t]['vary'] for t in answer_tasks)}/{len(answer_tasks)} answer tasks have "
+        f"seed-dependent answers at every level")
+  crossed = [t for t in ids if results[t]["cross"] is not None]
+  print(f"cross: {sum(results[t]['cross'] for t in crossed)}/{len(crossed)} tasks: the v{levels[0]}/seed-{seeds[0]} "
+        f"answer (or replayed calls) fails on all {len(levels) * len(seeds) - 1} other instances")
+  if a.json:
+    with open(a.json, "w") as f:
+      json.dump({"levels": levels, "seeds": seeds, "tasks": {
+          t: {"vary": r["vary"], "cross": r["cross"], "failures": r["failures"],
+              "levels": {str(k): {"ok": v["ok"], "dtc_tokens": v["dtc_tokens"], "sizes": v["sizes"]}
+                         for k, v in r["levels"].items()}} for t, r in results.items()}}, f, indent=1)
   if failures:
     print(f"\n{len(failures)} FAILURES:")
     for f in failures:

@@ -1,24 +1,57 @@
 """ProgAgent's runtime as an MCP server (stdio): one tool, `programmatic_tool_call(code)`.
 
-  python -m progagent.mcp_runtime_server --tools-factory MODULE:CALLABLE [--kwargs JSON]
+  python -m progagent.mcp_runtime_server --task TASK_ID [--level K] [--seed S] [--direct-tools]
+      [--verdict-file PATH] [--workdir DIR] [--timeout-s 120] [--max-output-chars 50000] [--no-sandbox]
+  python -m progagent.mcp_runtime_server --tools-factory MODULE:CALLABLE [--kwargs JSON] [--direct-tools]
       [--workspace DIR] [--timeout-s 120] [--max-output-chars 50000] [--no-sandbox]
+  python -m progagent.mcp_runtime_server --list-tasks
 
-`MODULE:CALLABLE` builds the tool backend the programs call as `tools["name"](...)`: an object with
-`tools()` and `call_tool(name, arguments)`, or a ToolEnv-shaped object with `tools()` and `step(call)`
-(progagent/tool_proxy.py; e.g. `progagent.tool_proxy:demo_backend`). The backend is built in this
-server process, which is not sandboxed (it starts the sandbox); only the programs run inside it. To
-keep the environment's own code sandboxed too, let the factory return a common.env_client.EnvClient.
+`--task` serves one episode of a task of the ProgAgent library (progagent.tasks.task_ids(), e.g.
+'retail/pending_over_500'; `--list-tasks` prints them) at scale level K in 0..3 (default 0) with seed S
+(default 0): the server builds progagent.task_env.ProgTaskEnv(TASK_ID, K), resets it to seed S before serving,
+and the kernel sees the episode's workspace W as /workspace (ProgramRuntime(env, workspace_dir=
+env.workspace_dir), as progagent.ptc_env does). The database and the task's verifier stay in this process.
+An unknown task id or level is refused before serving (exit status 2, the valid values on stderr).
 
-One server process serves one episode: one persistent kernel, variables kept across calls, the
-workspace (default: a fresh temporary directory, removed at exit) seen as /workspace. The process
-exits when its stdin closes (or on SIGTERM), and every process of the episode dies with it. What a
-SIGKILLed server leaves (its default workspace, the runtime's folder, cgroups) is named after its pid
-and removed by the next server (or any process) that starts a sandbox (common.sandbox.sweep_stale).
+`--tools-factory MODULE:CALLABLE` builds the tool backend the programs call as `tools["name"](...)`: an
+object with `tools()` and `call_tool(name, arguments)`, or a ToolEnv-shaped object with `tools()` and
+`step(call)` (progagent/tool_proxy.py; e.g. `progagent.tool_proxy:demo_backend`). A factory that returns a
+ProgTaskEnv is served like `--task` (reset to `--seed` if it was not reset yet). Any other backend must come
+ready to use: the server does not reset it (a "step() before reset" error then names `--task` as the fix).
+The backend is built in this server process, which is not sandboxed (it starts the sandbox); only the
+programs run inside it. To keep the environment's own code sandboxed too, let the factory return a
+common.env_client.EnvClient.
 
-The tool answers with text content (common.tool_wire.format_exec: the same observation text the
-in-process runtime and progagent.ptc_env give for the program) and structured
-content {output, error, timed_out, restarted, tool_calls, truncated_chars} (runtime.ExecResult);
-`isError` is true when the program ended with an exception, a timeout or a kernel restart.
+Tools offered: `programmatic_tool_call`; with `--direct-tools` also the backend's own tools (DTC / Hybrid
+over MCP: for a task, each call is one env.step({'name', 'arguments'}), answered with its observation text,
+`isError` for statuses 'failed' and 'invalid'), listed first as in progagent.ptc_env's 'hybrid' mode.
+
+The instruction (a task only): resource `task://instruction` (text/plain) and prompt `task` (no
+arguments; one user message), the text ProgTaskEnv.reset() returns, so a generic MCP client can start the
+episode.
+
+Verdict (a task only). The episode ends when submit_answer is called (from a program or directly) or the
+task's step limit is reached. The verifier's verdict R in {0, 1} (env.verify() once the call that ended the
+episode has returned, as progagent.ptc_env computes it) goes to the HOST only: the structured content of
+every answer of a task episode carries `episode: {done, reward, task_id, level, seed, tool_calls,
+tool_errors}` (reward 0 until done; fixed once done), never the text content. With `--verdict-file PATH`
+the same JSON object is written to PATH (atomically: a temporary file renamed) when the episode ends, and
+{done: false, reward: 0, ...} at exit if it never ended. Hosts that put a model in front of this server
+must not forward structured content to the model (MCP clients commonly show it instead of the text): it
+holds the reward. After the end, programs and task tools are refused (`isError`).
+
+One server process serves one episode: one persistent kernel, variables kept across calls, the workspace
+(`--tools-factory`: default a fresh temporary directory, removed at exit; `--task`: the episode's, under
+`--workdir` or a fresh temporary directory removed at exit) seen as /workspace. The process exits when its
+stdin closes (or on SIGTERM), and every process of the episode dies with it. What a SIGKILLed server leaves
+(its default workspace, the runtime's folder, cgroups) is named after its pid and removed by the next
+server (or any process) that starts a sandbox (common.sandbox.sweep_stale).
+
+`programmatic_tool_call` answers with text content (common.tool_wire.format_exec: the same observation
+text the in-process runtime and progagent.ptc_env give for the program) and structured
+content {output, error, timed_out, restarted, tool_calls, truncated_chars} (runtime.ExecResult; plus
+`episode` for a task); `isError` is true when the program ended with an exception, a timeout or a kernel
+restart.
 
 Built on the low-level `mcp.server.lowlevel.Server` like common/env_server.py (mcp==2.3.0; see there
 for why), whose `stdio_server` diverts fd 1 to stderr while serving.
@@ -29,16 +62,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import signal
 import sys
-from typing import Any
+import tempfile
+from typing import Any, Callable
 
 from common import sandbox_guard, tool_wire
 from common.env_server import load_factory
 from common.sandbox import SandboxConfig
 
 TOOL_NAME = "programmatic_tool_call"
+INSTRUCTION_URI = "task://instruction"
+PROMPT_NAME = "task"
+EPISODE_OVER = ("Error: the episode is over (submit_answer was called or the step limit was reached); no "
+                "further tool calls are accepted.")
+NOT_RESET_HINT = ("The tool backend built by --tools-factory was never reset. Serve a ProgAgent task with "
+                  "--task TASK_ID --level K --seed S (the server resets it), or let the factory return a "
+                  "backend that is ready to use.")
 
 _log = logging.getLogger("progagent.mcp_runtime_server")
 
@@ -71,58 +113,310 @@ def result_payload(res: Any) -> tuple[str, dict, bool]:
   return tool_wire.format_exec(res), res._asdict(), is_error
 
 
-async def serve(factory: str, kwargs: dict, *, workspace: str, timeout_s: float,
-                max_output_chars: int, sandbox: SandboxConfig, holder: list) -> None:
-  """Starts the runtime and serves `programmatic_tool_call` on stdin/stdout until stdin closes."""
+def check_task(task_id: str, level: int | None) -> tuple[str, int]:
+  """Validates --task / --level; returns (task id without a level suffix, level).
+
+  Raises:
+    ValueError: unknown task id (all valid ids named) or level (the valid levels named).
+  """
+  from progagent import tasks as tasks_lib
+  from progagent.task_env import split_instance_id
+  from progagent.tasks import base
+  tid, suffix = split_instance_id(task_id)
+  ids = tasks_lib.task_ids()
+  if tid not in ids:
+    raise ValueError(f"unknown task id {task_id!r}; the {len(ids)} valid ids (--list-tasks prints them) are: "
+                     + ", ".join(ids))
+  if suffix is not None and level is not None and suffix != level:
+    raise ValueError(f"task id {task_id!r} names level {suffix} but --level is {level}")
+  lvl = suffix if suffix is not None else (0 if level is None else level)
+  if isinstance(lvl, bool) or lvl not in base.LEVELS:
+    raise ValueError(f"level must be one of {list(base.LEVELS)} (v0..v3), got {lvl!r}")
+  return tid, lvl
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+  """Writes `obj` as JSON to `path` through a temporary file in the same directory and a rename."""
+  path = os.path.abspath(path)
+  fd, tmp = tempfile.mkstemp(prefix=".verdict-", suffix=".tmp", dir=os.path.dirname(path))
+  try:
+    with os.fdopen(fd, "w") as f:
+      json.dump(obj, f)
+      f.write("\n")
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.unlink(tmp)
+    except OSError:
+      pass
+    raise
+
+
+class Verdict:
+  """The host-side record of a task episode: {done, reward, task_id, level, seed, tool_calls, tool_errors}.
+
+  end() fixes it once (the first call wins) and writes it to `path` if given; at_exit() writes the
+  not-ended record if nothing was written.
+  """
+
+  def __init__(self, task_id: str | None, level: int | None, seed: int, path: str | None = None):
+    self.task_id, self.level, self.seed, self.path = task_id, level, int(seed), path
+    self.done = False
+    self.reward = 0.0
+    self.counts: dict = {"tool_calls": 0, "tool_errors": 0}
+    self.written = False
+
+  def as_dict(self) -> dict:
+    return dict({"done": self.done, "reward": self.reward, "task_id": self.task_id, "level": self.level,
+                 "seed": self.seed}, **self.counts)
+
+  def update(self, counts: dict) -> None:
+    if not self.done:
+      self.counts = dict(counts)
+
+  def end(self, reward: float, counts: dict) -> None:
+    if self.done:
+      return
+    self.counts = dict(counts)
+    self.done, self.reward = True, float(reward)
+    self._write()
+
+  def at_exit(self) -> None:
+    if not self.written:
+      self._write()
+
+  def _write(self) -> None:
+    if self.path is None:
+      return
+    try:
+      write_json_atomic(self.path, self.as_dict())
+      self.written = True
+    except OSError:
+      _log.exception("could not write the verdict file %s", self.path)
+
+
+class _ResetHint:
+  """Wraps a backend so that a "step() before reset" failure names the fix (NOT_RESET_HINT)."""
+
+  def __init__(self, backend: Any):
+    from progagent import tool_proxy
+    self._backend = tool_proxy.as_backend(backend)
+
+  def tools(self) -> list[dict]:
+    return self._backend.tools()
+
+  def call_tool(self, name: str, arguments: dict) -> Any:
+    try:
+      return self._backend.call_tool(name, arguments)
+    except RuntimeError as e:
+      if "before reset" not in str(e):
+        raise
+      _log.error("tool %s: %s; %s", name, e, NOT_RESET_HINT)
+      raise RuntimeError(f"{e}. {NOT_RESET_HINT}") from None
+
+
+class Session:
+  """One served episode: the tool backend, its runtime and, for a task, the ProgTaskEnv and the Verdict.
+
+  call(name, arguments) -> (text, structured or None, is_error) is the whole tools/call logic (sync).
+  """
+
+  def __init__(self, backend: Any, runtime: Any, *, direct_tools: bool = False, task_env: Any = None,
+               instruction: str | None = None, verdict: Verdict | None = None):
+    from progagent import tool_proxy
+    self.backend = tool_proxy.as_backend(backend)
+    self.runtime = runtime
+    self.task_env = task_env
+    self.instruction = instruction
+    self.verdict = verdict
+    program = program_tool(runtime.tool_list, timeout_s=runtime.timeout_s,
+                           max_output_chars=runtime.max_output_chars)
+    self.direct = [_entry(t) for t in self.backend.tools()] if direct_tools else []
+    if any(t["name"] == TOOL_NAME for t in self.direct):
+      raise ValueError(f"the backend has a tool named {TOOL_NAME!r}, which --direct-tools cannot offer too")
+    self.direct_names = {t["name"] for t in self.direct}
+    self.tool_specs = self.direct + [program]
+
+  def call(self, name: str, arguments: dict) -> tuple[str, dict | None, bool]:
+    if name == TOOL_NAME:
+      return self._program(arguments)
+    if self.direct and (name in self.direct_names or self.task_env is not None):
+      return self._direct(name, arguments)
+    offered = [t["name"] for t in self.tool_specs]
+    hint = "" if self.direct else " Call the backend's tools from a program: tools[\"name\"](arg=value)."
+    return f"Error: unknown tool {name!r}; this server offers {offered}.{hint}", self._host({}), True
+
+  def _program(self, arguments: dict) -> tuple[str, dict | None, bool]:
+    code = arguments.get("code")
+    if not isinstance(code, str):
+      return (f"Error: {TOOL_NAME} needs a string argument 'code' (the Python program), got "
+              f"{type(code).__name__}.", self._host({}), True)
+    if self.task_env is not None and self.task_env.done:
+      return EPISODE_OVER, self._host({}), True
+    try:
+      res = self.runtime.run(code)
+    except Exception as e:  # the runtime itself failed (kernel would not restart)
+      _log.exception("programmatic_tool_call failed")
+      return f"runtime failure: {type(e).__name__}: {e}", self._host({}), True
+    text, structured, is_error = result_payload(res)
+    self._settle(None)
+    return text, self._host(structured), is_error
+
+  def _direct(self, name: str, arguments: dict) -> tuple[str, dict | None, bool]:
+    if self.task_env is not None:
+      try:
+        r = self.task_env.step({"name": name, "arguments": arguments})
+      except Exception as e:  # a bug in the task's code: reported, the server lives on
+        _log.exception("tool %s failed", name)
+        self._settle(None)
+        return f"Error: {type(e).__name__}: {e}", self._host({"status": "error"}), True
+      self._settle(r.info.get("reward") if r.done else None)
+      return str(r.observation), self._host({"status": r.status}), r.status != "ok"
+    try:
+      wire = tool_wire.to_wire(self.backend.call_tool(name, arguments))
+    except Exception as e:  # the backend raised: reported, the server lives on
+      _log.exception("tool %s failed", name)
+      return f"Error: {type(e).__name__}: {e}", None, True
+    text = "\n".join(c.get("text", "") for c in wire.get("content") or [] if c.get("type") == "text")
+    is_error = bool(wire.get("isError")) or tool_wire.error_message(wire) is not None
+    structured = wire.get("structuredContent")
+    return text, structured if isinstance(structured, dict) else None, is_error
+
+  def _settle(self, reward: float | None) -> None:
+    """Records the verdict once the episode is over (R = env.verify() unless the step reported it)."""
+    env = self.task_env
+    if env is None or self.verdict is None:
+      return
+    if env.done and not self.verdict.done:
+      self.verdict.end(float(env.verify()) if reward is None else float(reward), env.episode_counts())
+    else:
+      self.verdict.update(env.episode_counts())
+
+  def _host(self, structured: dict) -> dict | None:
+    """Structured content for the host: `structured` plus, for a task, the episode record."""
+    if self.verdict is not None:
+      return dict(structured, episode=self.verdict.as_dict())
+    return structured or None
+
+
+def _entry(t: dict) -> dict:
+  schema = t.get("inputSchema", t.get("input_schema")) or {"type": "object"}
+  return {"name": t["name"], "description": t.get("description", ""), "inputSchema": schema}
+
+
+def task_builder(task_id: str, level: int, seed: int, *, workdir: str, direct_tools: bool, verdict: Verdict,
+                 holder: list, **runtime_kwargs: Any) -> Callable[[], Session]:
+  """The Session factory of --task: ProgTaskEnv(task_id, level) reset to `seed`, its kernel in its workspace."""
+  def build() -> Session:
+    from progagent.task_env import ProgTaskEnv
+    env = ProgTaskEnv(task_id, level, workdir=workdir)
+    holder.append(env)
+    return _task_session(env, seed, direct_tools=direct_tools, verdict=verdict, holder=holder,
+                         already_reset=False, **runtime_kwargs)
+  return build
+
+
+def _task_session(env: Any, seed: int, *, direct_tools: bool, verdict: Verdict, holder: list,
+                  already_reset: bool, **runtime_kwargs: Any) -> Session:
+  from progagent.runtime import ProgramRuntime
+  instruction = env.task.prompt if already_reset else env.reset(None, seed)
+  verdict.task_id, verdict.level = env.task.task_id, env.scale
+  if already_reset:  # reset by the factory: its seed (ProgTaskEnv keeps it privately), not --seed
+    verdict.seed = int(getattr(env, "_seed", seed))
+  rt = ProgramRuntime(env, workspace_dir=str(env.workspace_dir), **runtime_kwargs)
+  holder.append(rt)
+  return Session(env, rt, direct_tools=direct_tools, task_env=env, instruction=instruction, verdict=verdict)
+
+
+def factory_builder(factory: str, kwargs: dict, seed: int, *, workspace: str, workspace_given: bool,
+                    direct_tools: bool, verdict: Verdict, holder: list,
+                    **runtime_kwargs: Any) -> Callable[[], Session]:
+  """The Session factory of --tools-factory (a ProgTaskEnv it returns is served like --task)."""
+  def build() -> Session:
+    from progagent.runtime import ProgramRuntime
+    from progagent.task_env import ProgTaskEnv
+    backend = load_factory(factory)(**kwargs)
+    holder.append(backend)
+    if isinstance(backend, ProgTaskEnv):
+      try:
+        backend.workspace_dir
+        already_reset = True
+      except RuntimeError:
+        already_reset = False
+      if workspace_given:
+        _log.warning("--workspace is ignored: the ProgTaskEnv's episode workspace is used")
+      return _task_session(backend, seed, direct_tools=direct_tools, verdict=verdict, holder=holder,
+                           already_reset=already_reset, **runtime_kwargs)
+    if verdict.path is not None:
+      _log.warning("--verdict-file: %s is not a ProgAgent task (progagent.task_env.ProgTaskEnv), so there is "
+                   "no verdict; the file will say done: false", type(backend).__name__)
+    wrapped = _ResetHint(backend) if hasattr(backend, "reset") else backend
+    rt = ProgramRuntime(wrapped, workspace_dir=workspace, **runtime_kwargs)
+    holder.append(rt)
+    return Session(wrapped, rt, direct_tools=direct_tools)
+  return build
+
+
+async def serve(build: Callable[[], Session]) -> None:
+  """Builds the session (in a worker thread, with fd 1 diverted) and serves it on stdin/stdout until stdin
+  closes."""
   import anyio
   import anyio.to_thread
   import mcp_types as types
   from mcp.server.lowlevel import Server
   from mcp.server.stdio import stdio_server
-
-  from progagent.runtime import ProgramRuntime
+  from mcp.shared.exceptions import MCPError
 
   lock = anyio.Lock()
   async with stdio_server() as (read_stream, write_stream):
-    def build():
-      backend = load_factory(factory)(**kwargs)
-      holder.append(backend)
-      rt = ProgramRuntime(backend, workspace_dir=workspace, timeout_s=timeout_s,
-                          max_output_chars=max_output_chars, sandbox=sandbox)
-      holder.append(rt)
-      return rt
-
-    rt = await anyio.to_thread.run_sync(build)
-    spec = program_tool(rt.tool_list, timeout_s=timeout_s, max_output_chars=max_output_chars)
-    tools = [types.Tool(name=spec["name"], description=spec["description"],
-                        input_schema=spec["inputSchema"])]
+    session = await anyio.to_thread.run_sync(build)
+    tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"])
+             for t in session.tool_specs]
 
     async def list_tools(ctx, params):
       return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params):
-      args = dict(params.arguments or {})
-      if params.name != TOOL_NAME:
-        msg = f"unknown tool {params.name!r}; this server offers only {TOOL_NAME!r}"
-        return types.CallToolResult(content=[types.TextContent(type="text", text=msg)], is_error=True)
-      code = args.get("code")
-      if not isinstance(code, str):
-        msg = f"{TOOL_NAME} needs a string argument 'code', got {type(code).__name__}"
-        return types.CallToolResult(content=[types.TextContent(type="text", text=msg)], is_error=True)
       async with lock:
-        try:
-          res = await anyio.to_thread.run_sync(rt.run, code)
-        except Exception as e:  # the runtime itself failed (kernel would not restart)
-          _log.exception("programmatic_tool_call failed")
-          return types.CallToolResult(
-              content=[types.TextContent(type="text", text=f"runtime failure: {type(e).__name__}: {e}")],
-              is_error=True)
-      text, structured, is_error = result_payload(res)
+        text, structured, is_error = await anyio.to_thread.run_sync(
+            session.call, params.name, dict(params.arguments or {}))
       return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                   structured_content=structured, is_error=is_error)
 
+    handlers: dict[str, Any] = {}
+    if session.instruction is not None:
+      instruction = session.instruction
+      resource = types.Resource(name="instruction", uri=INSTRUCTION_URI, mime_type="text/plain",
+                                description="The task's instruction (start the episode with it)")
+      prompt = types.Prompt(name=PROMPT_NAME, description="The task's instruction as a user message")
+
+      async def list_resources(ctx, params):
+        return types.ListResourcesResult(resources=[resource])
+
+      async def read_resource(ctx, params):
+        if str(params.uri) != INSTRUCTION_URI:
+          raise MCPError(types.INVALID_PARAMS, f"unknown resource {str(params.uri)!r}; this server offers "
+                         f"{INSTRUCTION_URI!r}")
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=INSTRUCTION_URI, mime_type="text/plain", text=instruction)])
+
+      async def list_prompts(ctx, params):
+        return types.ListPromptsResult(prompts=[prompt])
+
+      async def get_prompt(ctx, params):
+        if params.name != PROMPT_NAME:
+          raise MCPError(types.INVALID_PARAMS, f"unknown prompt {params.name!r}; this server offers "
+                         f"{PROMPT_NAME!r}")
+        return types.GetPromptResult(description="The task's instruction", messages=[types.PromptMessage(
+            role="user", content=types.TextContent(type="text", text=instruction))])
+
+      handlers = dict(on_list_resources=list_resources, on_read_resource=read_resource,
+                      on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+
     server = Server("progagent-runtime", version="0.1.0", on_list_tools=list_tools,
-                    on_call_tool=call_tool)
+                    on_call_tool=call_tool, **handlers)
     await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
@@ -137,40 +431,91 @@ def _close_all(holder: list) -> None:
 
 def main(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tools-factory", required=True,
-                 help="MODULE:CALLABLE returning the tool backend")
+  what = p.add_mutually_exclusive_group(required=True)
+  what.add_argument("--task", help="ProgAgent task id to serve (progagent.tasks.task_ids(), e.g. "
+                    "'retail/pending_over_500')")
+  what.add_argument("--tools-factory", help="MODULE:CALLABLE returning the tool backend")
+  what.add_argument("--list-tasks", action="store_true", help="print the task ids and exit")
+  p.add_argument("--level", type=int, default=None, help="--task's scale level 0..3 (default 0)")
+  p.add_argument("--seed", type=int, default=0, help="episode seed (--task, or a ProgTaskEnv factory)")
+  p.add_argument("--direct-tools", action="store_true",
+                 help="also offer the backend's own tools (DTC / Hybrid over MCP)")
+  p.add_argument("--verdict-file", default=None,
+                 help="write the episode record {done, reward, ...} to this path when the episode ends "
+                 "(and {done: false} at exit if it never did)")
+  p.add_argument("--workdir", default=None, help="--task: root of the episode directory (default: a fresh "
+                 "temporary one, removed at exit)")
   p.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
   p.add_argument("--workspace", default=None,
-                 help="episode workspace directory (default: a fresh temporary one, removed at exit)")
+                 help="--tools-factory: episode workspace directory (default: a fresh temporary one, removed "
+                 "at exit)")
   p.add_argument("--timeout-s", type=float, default=120.0, help="seconds per program")
   p.add_argument("--max-output-chars", type=int, default=50_000)
   p.add_argument("--no-sandbox", action="store_true",
                  help="run the kernel without bubblewrap/cgroups (debugging only)")
   p.add_argument("--log-level", default="WARNING")
   a = p.parse_args(argv)
+  if a.list_tasks:
+    from progagent import tasks as tasks_lib
+    print("\n".join(tasks_lib.task_ids()))
+    return
   logging.basicConfig(stream=sys.stderr, level=a.log_level,
                       format="%(asctime)s mcp_runtime_server %(levelname)s %(message)s")
-  kwargs = json.loads(a.kwargs)
-  if not isinstance(kwargs, dict):
-    raise SystemExit(f"--kwargs must be a JSON object, got {a.kwargs!r}")
+  if a.task is not None:
+    if a.workspace is not None or a.kwargs != "{}":
+      p.error("--workspace and --kwargs go with --tools-factory; with --task the workspace is the episode's "
+              "(see --workdir)")
+    try:
+      task_id, level = check_task(a.task, a.level)
+    except ValueError as e:
+      p.error(str(e))
+    kwargs: dict = {}
+  else:
+    if a.level is not None or a.workdir is not None:
+      p.error("--level and --workdir go with --task")
+    task_id, level = None, None
+    try:
+      kwargs = json.loads(a.kwargs)
+    except json.JSONDecodeError as e:
+      p.error(f"--kwargs is not JSON ({e}): {a.kwargs!r}")
+    if not isinstance(kwargs, dict):
+      p.error(f"--kwargs must be a JSON object, got {a.kwargs!r}")
+  if a.verdict_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(a.verdict_file))):
+    p.error(f"--verdict-file {a.verdict_file!r}: its directory does not exist")
   # <tmp>/agentrl-pws-<pid>-*: like the runtime's folder (agentrl-pa-<pid>-*) and the sandbox's cgroups
   # (agentrl-<pid>-*), swept by the next process's common.sandbox.sweep_stale() if this one is SIGKILLed.
-  workspace = a.workspace or sandbox_guard.owned_tempdir("pws")
+  given = a.workdir if a.task is not None else a.workspace
+  own_dir = given or sandbox_guard.owned_tempdir("pws")
   holder: list = []
+  verdict = Verdict(task_id, level, a.seed, a.verdict_file)
+  runtime_kwargs = dict(timeout_s=a.timeout_s, max_output_chars=a.max_output_chars,
+                        sandbox=SandboxConfig(enabled=not a.no_sandbox))
+  if a.task is not None:
+    build = task_builder(task_id, level, a.seed, workdir=own_dir, direct_tools=a.direct_tools, verdict=verdict,
+                         holder=holder, **runtime_kwargs)
+  else:
+    build = factory_builder(a.tools_factory, kwargs, a.seed, workspace=own_dir, workspace_given=given is not None,
+                            direct_tools=a.direct_tools, verdict=verdict, holder=holder, **runtime_kwargs)
+
+  terminated: list[int] = []
 
   def on_term(signum, frame):
+    terminated.append(signum)
     raise SystemExit(128 + signum)
 
   signal.signal(signal.SIGTERM, on_term)
   import anyio
   try:
-    anyio.run(lambda: serve(a.tools_factory, kwargs, workspace=workspace, timeout_s=a.timeout_s,
-                            max_output_chars=a.max_output_chars,
-                            sandbox=SandboxConfig(enabled=not a.no_sandbox), holder=holder))
+    anyio.run(serve, build)
   finally:
     _close_all(holder)
-    if a.workspace is None:
-      shutil.rmtree(workspace, ignore_errors=True)
+    verdict.at_exit()
+    if given is None:
+      shutil.rmtree(own_dir, ignore_errors=True)
+    if terminated:  # stdio_server's stdin reader thread, blocked in read(), would hold interpreter shutdown
+      logging.shutdown()
+      sys.stderr.flush()
+      os._exit(128 + terminated[0])
 
 
 if __name__ == "__main__":

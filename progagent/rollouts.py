@@ -38,11 +38,12 @@ STEP_TIMEOUT_S = 600.0
 
 def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_pool.WorkerPool:
   """A WorkerPool.local of `num_workers` ProgEnv environments (each on its own thread) of the config's harness
-  (`mode`) and runtime (`runtime`: 'sandboxed' -> ProgEnv runtime 'kernel'), at level `env.scale`; cache_dir:
-  the environments' generated-state cache."""
+  (`mode`) and runtime (`runtime`: 'sandboxed' -> ProgEnv runtime 'kernel'); the level comes with each task id
+  ('domain/name@vK', progagent.train.draw_levels), else the first of `env.scales`; cache_dir: the
+  environments' generated-state cache."""
   factory = functools.partial(ptc_env.ProgEnv, mode=config.mode,
                               runtime="kernel" if config.runtime == "sandboxed" else "inprocess",
-                              scale=config.env.scale, cache_dir=cache_dir)
+                              scale=int(config.env.scales[0]), cache_dir=cache_dir)
   return env_pool.WorkerPool.local(factory, num_workers, step_timeout_s=STEP_TIMEOUT_S)
 
 

@@ -15,7 +15,8 @@ criterion score is >= 0.7. The criterion score of an episode is its verifier rew
 scorer is not published; our verifiers are binary), so score >= `sft.min_score` keeps exactly the successful
 episodes. `sft.teacher_jsonl`: comma list of files written by `python -m progagent.teacher`; `sft.modes`
 narrows them to some harness modes. Fallback when no file is given (the smoke config; no endpoint needed): the
-tasks' oracle episodes (progagent.harness.run_oracle) under `sft.oracle_modes` at `sft.oracle_scales` stand in
+tasks' oracle episodes (progagent.harness.run_oracle) under `sft.oracle_modes` at `sft.oracle_scales` on the
+environment seeds `sft.oracle_seeds` stand in
 for the teacher. Trajectories longer than `sft.max_tokens` tokens are left out (with a warning).
 """
 
@@ -109,19 +110,21 @@ def teacher_conversations(paths: Sequence[str], *, min_score: float, modes: Sequ
   return out
 
 
-def oracle_conversations(task_ids: Sequence[str], *, modes: Sequence[str], scales: Sequence[int], seed: int = 0,
-                         cache_dir: str | None = None) -> list[dict]:
-  """The oracle's episodes (the offline stand-in for a teacher; see the module docstring), same fields as
-  teacher_conversations."""
+def oracle_conversations(task_ids: Sequence[str], *, modes: Sequence[str], scales: Sequence[int],
+                         seeds: Sequence[int] = (0,), cache_dir: str | None = None) -> list[dict]:
+  """The oracle's episodes (the offline stand-in for a teacher; see the module docstring) of every task, level
+  in `scales`, environment seed in `seeds` and harness in `modes`; same fields as teacher_conversations plus
+  'scale' and 'seed'."""
   out = []
   for tid in task_ids:
     for scale in scales:
       env = ProgTaskEnv(tid, scale, cache_dir=cache_dir)
       try:
-        for mode in modes:
-          ep = harness.run_oracle(env, mode, seed=seed)
-          out.append({"task_id": tid, "mode": mode, "reward": ep.stats.reward, "messages": ep.messages,
-                      "tools": getattr(ep, "tools", None)})
+        for seed in seeds:
+          for mode in modes:
+            ep = harness.run_oracle(env, mode, seed=seed)
+            out.append({"task_id": tid, "mode": mode, "reward": ep.stats.reward, "messages": ep.messages,
+                        "tools": getattr(ep, "tools", None), "scale": scale, "seed": seed})
       finally:
         env.close()
   return out
@@ -153,7 +156,8 @@ def sft_examples(config, chat: chat_lib.ChatTemplate, task_ids: Sequence[str], *
     _log.warning("sft.teacher_jsonl is empty: SFT uses the tasks' oracle episodes as a stand-in teacher "
                  "(real teacher data: python -m progagent.teacher)")
     convs = [c for c in oracle_conversations(task_ids, modes=tuple(sc.oracle_modes), scales=tuple(sc.oracle_scales),
-                                             seed=config.env.seed, cache_dir=cache_dir) if c["reward"] >= sc.min_score]
+                                             seeds=tuple(sc.oracle_seeds), cache_dir=cache_dir)
+             if c["reward"] >= sc.min_score]
   trajs = []
   for c in convs:
     tools = c["tools"] if c["tools"] is not None else mode_tools(c["task_id"], c["mode"])
@@ -166,13 +170,21 @@ def sft_examples(config, chat: chat_lib.ChatTemplate, task_ids: Sequence[str], *
   return kept
 
 
-def tokenizer_corpus(task_ids: Sequence[str], modes: Sequence[str]) -> list[str]:
+def tokenizer_corpus(task_ids: Sequence[str], modes: Sequence[str], *, seed: int = 0) -> list[str]:
   """Texts a tiny tokenizer is trained on: the harness system prompts, the modes' tool schemas (JSON), the
-  tasks' instructions and oracle programs (as source and as the JSON of their programmatic_tool_call)."""
+  tasks' instructions and oracle programs (as source and as the JSON of their programmatic_tool_call), and the
+  observations of each task's DTC oracle episode at v0 on environment seed `seed` (a training seed), so that
+  tool results (JSON rows) tokenise as compactly as the prompts do."""
   from progagent import tasks as tasks_lib  # pylint: disable=g-import-not-at-top
   texts = [harness.system_prompt(m) for m in modes]
   for tid in task_ids:
     task = tasks_lib.get_task(tid)
     texts += [json.dumps(t) for m in modes for t in mode_tools(tid, m)] + [task.prompt] + list(task.ptc)
     texts += [json.dumps({"name": harness.PROGRAM_TOOL, "arguments": {"code": p}}) for p in task.ptc]
+    env = ProgTaskEnv(tid, 0)
+    try:
+      ep = harness.run_oracle(env, "dtc", seed=seed)
+    finally:
+      env.close()
+    texts += [m["content"] for m in ep.messages if m["role"] == "tool"]
   return list(dict.fromkeys(texts))

@@ -57,6 +57,7 @@ import numpy as np
 from common import chat as chat_lib
 from common import checkpoint as ckpt_lib
 from common import metric_writer
+from common import provenance
 from common import trajectory as traj_lib
 from common import tool_wire
 from common.lm import checkpoints as lm_checkpoints
@@ -66,8 +67,12 @@ from common.lm.config import ModelConfig
 from progagent import harness
 from progagent import rollouts
 from progagent import sft_data
+from progagent import evaluation
 from progagent import tasks as tasks_lib
+from progagent import teacher
+from progagent import teacher_stats
 from progagent import updates
+from progagent.tasks import base as tasks_base
 
 _log = logging.getLogger(__name__)
 
@@ -82,21 +87,36 @@ def default_config() -> ml_collections.ConfigDict:
   c.tasks = ()                    # task ids or domain names; () = every task of progagent.tasks
   c.mode = "ptc"                  # harness: 'ptc' | 'dtc' | 'hybrid'
   c.runtime = "sandboxed"         # PTC program runtime: 'sandboxed' (kernel) | 'inprocess' (trusted only)
-  c.env = dict(scale=0, seed=0, vary_seed=True, max_turns=16, max_context_tokens=32768,
-               max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
+  # scales: the levels GSPO draws each task at (weights `scale_weights`, () = uniform): the paper trains over
+  # v0..v3 (training on v0 only is its weaker ablation).
+  c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
+               max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
   c.model = dict(checkpoint="", dtype="bfloat16", param_dtype="float32", lora_rank=0, lora_alpha=128.0,
                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-                 cache_dir="", tiny_vocab=2048)
+                 cache_dir="", tiny_vocab=2048,
+                 tiny_hidden_size=0, tiny_num_layers=0)   # tiny_*: a tiny checkpoint's shapes, 0 = its defaults
   c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
   c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two
   c.optim = dict(grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8)
+  # steps: SFT updates in all (0 = `epochs` passes over the data); a fixed number gives several harnesses
+  # the same budget whatever their data size. oracle_seeds: the environment seeds of the oracle fallback.
   c.sft = dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
-               oracle_scales=(0,), epochs=3, batch_size=64, micro_batch_size=0, learning_rate=1e-5,
-               max_tokens=32768)
+               oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), epochs=3, steps=0, batch_size=64, micro_batch_size=0,
+               learning_rate=1e-5, max_tokens=32768)
   c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
                 top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
                 logp_old="recompute", task_filter="", generate_batch_size=0,
-                advantage=dict(estimator="grpo", eps=1e-6, ddof=0))
+                advantage=dict(estimator="grpo", eps=1e-6, ddof=0),
+                # the difficulty filter computed from the teacher records (sft.teacher_jsonl) when task_filter
+                # is empty: keep tasks whose PTC pass@filter_k lies in (filter_low, filter_high)
+                filter_from_teacher=True, filter_k=8, filter_stat="pass_at_k", filter_low=0.0, filter_high=0.8)
+  # held-out evaluation after training (progagent.evaluation): seeds disjoint from every training seed
+  c.eval = dict(enabled=True, seeds=(1000, 1001, 1002), levels=(0, 1, 2, 3), samples=8, k=(1, 8), temperature=1.0,
+                tasks=())      # tasks: () = the training tasks
+  c.stats = dict(confidence=0.95, resamples=10_000)
+  # paradigms: harnesses trained and evaluated one after the other with the same budget (workdir/<mode>/),
+  # then the paradigm table (results_paradigms.txt/.json); () = one run of `mode`
+  c.paradigms = dict(modes=())
   c.checkpoint = dict(every=10, max_to_keep=2)
   c.logging = dict(every=1, tensorboard=True, save_rollouts=True)
   return c
@@ -121,6 +141,39 @@ def check_config(config) -> None:
       raise ValueError(f"{name}.micro_batch_size={mb} must divide the update batch ({total} rows); 0 = no split")
   if g.logp_old not in ("recompute", "sampler"):
     raise ValueError(f"gspo.logp_old must be 'recompute' or 'sampler', got {g.logp_old!r}")
+  e = config.env
+  for key, levels in (("env.scales", e.scales), ("sft.oracle_scales", config.sft.oracle_scales),
+                      ("eval.levels", config.eval.levels)):
+    if not levels or any(isinstance(x, bool) or x not in tasks_base.LEVELS for x in levels):
+      raise ValueError(f"config `{key}`={tuple(levels)} must be a non-empty list of levels from {tasks_base.LEVELS}")
+  if e.scale_weights and (len(e.scale_weights) != len(e.scales) or min(e.scale_weights) < 0
+                          or sum(e.scale_weights) <= 0):
+    raise ValueError(f"config `env.scale_weights`={tuple(e.scale_weights)} must give one non-negative weight per "
+                     f"level of env.scales={tuple(e.scales)} (sum > 0), or be empty for uniform")
+  if config.sft.steps < 0:
+    raise ValueError(f"config `sft.steps` must be >= 0 (0 = sft.epochs passes), got {config.sft.steps}")
+  if g.filter_stat not in teacher_stats.FILTER_STATS:
+    raise ValueError(f"config `gspo.filter_stat` must be one of {teacher_stats.FILTER_STATS}, got {g.filter_stat!r}")
+  for m in config.paradigms.modes:
+    if m not in harness.MODES:
+      raise ValueError(f"config `paradigms.modes` holds {m!r}; harnesses are {harness.MODES}")
+  ev = config.eval
+  if ev.enabled:
+    if ev.samples < 1 or any(k < 1 or k > ev.samples for k in ev.k):
+      raise ValueError(f"config `eval.k`={tuple(ev.k)} must lie in 1..eval.samples={ev.samples}")
+    seen = set(training_seeds(config)) & set(ev.seeds)
+    if seen or not ev.seeds:
+      raise ValueError(f"config `eval.seeds`={tuple(ev.seeds)} must be non-empty and held out, but seeds "
+                       f"{sorted(seen)} are training seeds (sft.oracle_seeds, env.seed + GSPO step); choose others")
+
+
+def training_seeds(config) -> list[int]:
+  """Every environment seed training sees: the oracle fallback's sft.oracle_seeds (when SFT uses it) and GSPO's
+  env.seed + step (env.vary_seed) or env.seed."""
+  seeds = set(config.sft.oracle_seeds) if config.sft.enabled and not config.sft.teacher_jsonl else set()
+  e = config.env
+  seeds |= set(range(e.seed, e.seed + max(config.gspo.steps, 1))) if e.vary_seed else {e.seed}
+  return sorted(seeds)
 
 
 def select_tasks(spec: Sequence[str]) -> list[str]:
@@ -150,6 +203,19 @@ def tiny_tool_template(spec: str) -> str:
   return testing.LLAMA31_TOOL_TEMPLATE if family == "llama" else testing.QWEN3_TOOL_TEMPLATE
 
 
+def tiny_sizes(config) -> dict | None:
+  """The shapes of a 'tiny:<family>' checkpoint from `model.tiny_hidden_size` / `model.tiny_num_layers` (0 =
+  common.lm.testing.make_tiny_checkpoint's defaults); None when both are 0. Heads: hidden_size // 16."""
+  mc = config.model
+  sizes = {}
+  if mc.tiny_hidden_size:
+    sizes.update(hidden_size=int(mc.tiny_hidden_size), num_heads=max(1, int(mc.tiny_hidden_size) // 16),
+                 num_kv_heads=max(1, int(mc.tiny_hidden_size) // 32), intermediate_size=4 * int(mc.tiny_hidden_size))
+  if mc.tiny_num_layers:
+    sizes["num_layers"] = int(mc.tiny_num_layers)
+  return sizes or None
+
+
 def load_policy(config, task_ids: Sequence[str]) -> Policy:
   """Resolves `model.checkpoint` (common.lm.checkpoints; 'tiny:<family>' gets a tokenizer trained on the tasks'
   texts, vocabulary `model.tiny_vocab`, and a tool-calling template (tiny_tool_template), in `model.cache_dir`),
@@ -162,10 +228,12 @@ def load_policy(config, task_ids: Sequence[str]) -> Policy:
   mc = config.model
   corpus, template = (), None
   if mc.checkpoint.startswith(lm_checkpoints.TINY_PREFIX):
-    corpus = sft_data.tokenizer_corpus(task_ids, sorted({config.mode, *config.sft.oracle_modes}))
+    seeds = tuple(config.sft.oracle_seeds) or (config.env.seed,)
+    corpus = sft_data.tokenizer_corpus(task_ids, sorted({config.mode, *config.sft.oracle_modes}), seed=seeds[0])
     template = tiny_tool_template(mc.checkpoint)
   path = lm_checkpoints.resolve_checkpoint(mc.checkpoint, corpus=corpus, cache_dir=mc.cache_dir or None,
                                            vocab_size=mc.tiny_vocab, chat_template=template,
+                                           sizes=tiny_sizes(config),
                                            config_key="config.model.checkpoint")
   cfg, params, tok = loading.load_pretrained(path, dtype=mc.dtype, param_dtype=mc.param_dtype)
   if mc.lora_rank:
@@ -176,15 +244,43 @@ def load_policy(config, task_ids: Sequence[str]) -> Policy:
 
 
 def task_pool(config, task_ids: Sequence[str]) -> list[str]:
-  """The GSPO task pool: task_ids, narrowed to the teacher summary's 'kept' list when gspo.task_filter is set."""
-  if not config.gspo.task_filter:
+  """The GSPO task pool: task_ids narrowed by the difficulty filter.
+
+  The filter (SPEC.md, ProgAgent: keep tasks whose teacher pass@8 under PTC lies in (0, 0.8)) is the 'kept'
+  list of the teacher summary JSON `gspo.task_filter` when given; else, with teacher records in
+  `sft.teacher_jsonl` and `gspo.filter_from_teacher`, it is computed here from their PTC records
+  (progagent.teacher_stats: `gspo.filter_stat` of pass@`gspo.filter_k`, open interval (`gspo.filter_low`,
+  `gspo.filter_high`)); tasks without teacher records are left out. Otherwise every task is kept.
+
+  Raises:
+    ValueError: the filter keeps none of the configured tasks.
+  """
+  g = config.gspo
+  if g.task_filter:
+    with open(g.task_filter) as f:
+      kept = set(json.load(f)["kept"])
+    where = f"gspo.task_filter {g.task_filter}"
+  elif config.sft.teacher_jsonl and g.filter_from_teacher:
+    records = [r for p in config.sft.teacher_jsonl.split(",") if p for r in teacher.read_records(p)
+               if r.get("mode", "ptc") == "ptc"]
+    summary = teacher_stats.summarize(records, ks=(1,), filter_stat=g.filter_stat, filter_k=g.filter_k,
+                                      low=g.filter_low, high=g.filter_high)
+    kept = set(summary["kept"])
+    where = (f"the difficulty filter on sft.teacher_jsonl ({len(records)} PTC records; gspo.filter_from_teacher="
+             "False turns it off)")
+  else:
     return list(task_ids)
-  with open(config.gspo.task_filter) as f:
-    kept = set(json.load(f)["kept"])
   pool = [t for t in task_ids if t in kept]
   if not pool:
-    raise ValueError(f"gspo.task_filter {config.gspo.task_filter} keeps none of the {len(task_ids)} configured tasks")
+    raise ValueError(f"{where} keeps none of the {len(task_ids)} configured tasks")
   return pool
+
+
+def draw_levels(config, rng: np.random.Generator, n: int) -> list[int]:
+  """n levels drawn from env.scales with env.scale_weights (uniform when empty)."""
+  e = config.env
+  w = np.asarray(e.scale_weights, np.float64) if e.scale_weights else np.ones(len(e.scales))
+  return [int(e.scales[i]) for i in rng.choice(len(e.scales), size=n, p=w / w.sum())]
 
 
 def _stage_dir(workdir: str, name: str) -> str:
@@ -201,8 +297,9 @@ def _checkpointer(config, d: str) -> ckpt_lib.Checkpointer:
 def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], workdir: str) -> updates.TrainState:
   """Stage 1: SFT for sft.epochs over `examples`; resumes from workdir/sft; returns the final TrainState.
 
-  Batches of `sft.batch_size` rows in a fresh order per epoch (seed `seed`); a short last batch repeats rows,
-  masked out. Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens, sft/grad_norm, sft/epoch per step;
+  Batches of `sft.batch_size` rows in a fresh order per epoch (seed `seed`), each padded to the length bucket
+  (`lengths.buckets`) of its longest row; a short last batch repeats rows, masked out. `sft.steps` > 0 sets
+  the number of updates (else `sft.epochs` passes). Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens, sft/grad_norm, sft/epoch per step;
   sft/eval_loss (token-mean cross-entropy on all examples) at step 0 and at the last step.
   """
   sc = config.sft
@@ -217,8 +314,9 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
   if sc.micro_batch_size and bs % sc.micro_batch_size:
     raise ValueError(f"sft.micro_batch_size={sc.micro_batch_size} must divide the batch of {bs} rows")
   per_epoch = -(-len(examples) // bs)
-  total = sc.epochs * per_epoch
+  total = sc.steps or sc.epochs * per_epoch
   length = updates.bucket_length(max(len(t.token_ids()) for t in examples), config.lengths.buckets)
+  sizes = [len(t.token_ids()) for t in examples]
   pad = policy.model.pad_token_id or 0
   ck = _checkpointer(config, d)
   state, start = ck.restore_or_init(state)
@@ -235,7 +333,9 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
       rows = list(order[i * bs:(i + 1) * bs])
       n_real = len(rows)
       rows += [rows[0]] * (bs - n_real)          # a short last batch: repeated rows, masked out
-      b = updates.make_batch([examples[r] for r in rows], length, pad_id=pad)
+      # each batch is padded to the bucket of its longest row (one compilation per bucket)
+      b = updates.make_batch([examples[r] for r in rows], updates.bucket_length(max(sizes[r] for r in rows),
+                                                                                 config.lengths.buckets), pad_id=pad)
       pol = b.policy.copy()
       pol[n_real:] = False
       b = jax.tree.map(jnp.asarray, b._replace(policy=pol))
@@ -323,6 +423,7 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
     for step in range(start, g.steps):
       rng = np.random.default_rng([config.seed, 17, step])
       tasks = [pool[i] for i in rng.choice(len(pool), size=g.tasks_per_step, replace=g.tasks_per_step > len(pool))]
+      tasks = [evaluation.instance_id(t, lvl) for t, lvl in zip(tasks, draw_levels(config, rng, len(tasks)))]
       key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
       sampler = rollouts.LMSampler(state.params, policy.model, key=key, rows=rows,
                                    max_new_tokens=e.max_response_tokens, temperature=float(g.temperature),
@@ -365,24 +466,61 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
   return state
 
 
+def run_eval(config, policy: Policy, params, task_ids: Sequence[str], workdir: str, *,
+             cache_dir: str | None = None) -> dict:
+  """Stage 3: the held-out evaluation (progagent.evaluation) of `params` under harness `mode`.
+
+  Writes workdir/eval/results.json ({'mode', 'levels': {level: metrics}, 'seeds', 'tasks'}), episodes.jsonl
+  (every rollout) and table.txt; a finished stage (results.json present) is read back, not rerun.
+  """
+  d = _stage_dir(workdir, "eval")
+  path = os.path.join(d, "results.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      return json.load(f)
+  ev = config.eval
+  eval_tasks = select_tasks(tuple(ev.tasks)) if ev.tasks else list(task_ids)
+  t0 = time.monotonic()
+  trajs = evaluation.run_eval_rollouts(config, policy, params, eval_tasks, mode=config.mode,
+                                       key=jax.random.key(config.seed + 23), cache_dir=cache_dir)
+  levels = evaluation.summarize(trajs, ks=tuple(ev.k), confidence=config.stats.confidence,
+                                resamples=config.stats.resamples)
+  with open(os.path.join(d, "episodes.jsonl.tmp"), "w") as f:
+    for r in evaluation.episode_rows(trajs):
+      f.write(json.dumps(r, ensure_ascii=False) + "\n")
+  os.replace(os.path.join(d, "episodes.jsonl.tmp"), os.path.join(d, "episodes.jsonl"))
+  res = {"mode": config.mode, "seeds": list(ev.seeds), "tasks": eval_tasks, "samples": ev.samples,
+         "levels": {str(k): v for k, v in levels.items()}, "eval_s": round(time.monotonic() - t0, 2)}
+  with open(os.path.join(d, "table.txt"), "w") as f:
+    f.write(evaluation.format_level_table({config.mode: levels}, sorted(levels), tuple(ev.k)) + "\n")
+  evaluation.write_json(path, res)
+  return res
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | None = None) -> dict:
-  """SFT then GSPO (module docstring); the entry point of `experiments/train.py` for config.method 'progagent'.
+  """SFT, GSPO and the held-out evaluation (module docstring); the entry point of `experiments/train.py` for
+  config.method 'progagent'. With `paradigms.modes` set, runs each harness in workdir/<mode> with the same
+  budget and prints the paradigm table (run_paradigms).
 
   Args:
-    config: default_config() or a configs/progagent_*.py config.
+    config: default_config() or a configs/progagent*.py config.
     workdir: output folder (created); running again resumes.
-    stop_after: stop GSPO after this many steps (tests of resume).
+    stop_after: stop GSPO after this many steps (tests of resume; no evaluation then).
   Returns:
     {'sft': final SFT TrainState, 'gspo': final GSPO TrainState, 'examples': number of SFT trajectories,
-     'metrics': the last GSPO metrics row (or None)}.
+     'metrics': the last GSPO metrics row (or None), 'eval': the evaluation's results (or None)}; with
+     paradigms, {'paradigms': {mode: that dict}, 'table': the table text}.
   Raises:
     ValueError: a bad config value (the message names the key).
   """
   check_config(config)
+  if config.paradigms.modes:
+    return run_paradigms(config, workdir)
   os.makedirs(workdir, exist_ok=True)
   task_ids = select_tasks(tuple(config.tasks))
   policy = load_policy(config, task_ids)
   cache = tempfile.mkdtemp(prefix="progagent-states-")
+  ev = None
   try:
     t0 = time.monotonic()
     examples = sft_data.sft_examples(config, policy.chat, task_ids, cache_dir=cache)
@@ -391,11 +529,67 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     gspo_state = run_gspo(config, policy, sft_state.params, task_ids, workdir, stop_after=stop_after,
                           cache_dir=cache)
     t2 = time.monotonic()
+    done = stop_after is None or stop_after >= config.gspo.steps
+    if config.eval.enabled and done:
+      ev = run_eval(config, policy, gspo_state.params, task_ids, workdir, cache_dir=cache)
+    t3 = time.monotonic()
   finally:
     shutil.rmtree(cache, ignore_errors=True)
   rows = metric_writer.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))
-  summary = {"checkpoint": policy.checkpoint, "tasks": len(task_ids), "sft_examples": len(examples),
-             "sft_s": round(t1 - t0, 2), "gspo_s": round(t2 - t1, 2), "last": rows[-1] if rows else None}
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-  return {"sft": sft_state, "gspo": gspo_state, "examples": len(examples), "metrics": summary["last"]}
+  summary = {"checkpoint": policy.checkpoint, "mode": config.mode, "tasks": len(task_ids),
+             "sft_examples": len(examples), "sft_s": round(t1 - t0, 2), "gspo_s": round(t2 - t1, 2),
+             "eval_s": round(t3 - t2, 2), "last": rows[-1] if rows else None}
+  evaluation.write_json(os.path.join(workdir, "summary.json"), summary)
+  return {"sft": sft_state, "gspo": gspo_state, "examples": len(examples), "metrics": summary["last"], "eval": ev}
+
+
+def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """The paradigm comparison (SPEC.md, ProgAgent, "Three harnesses over the same tasks"): for each harness of
+  `paradigms.modes`, the same policy (checkpoint, seed), the same tasks and the same budget (SFT updates
+  `sft.steps`, GSPO steps) are trained and evaluated on the held-out seeds in workdir/<mode>/ (SFT data: the
+  harness's own oracle or teacher episodes: `sft.oracle_modes` and `sft.modes` are set to the harness). Then
+  workdir/results_paradigms.txt and .json: pass@1 per level with 95% bootstrap intervals over (task, seed)
+  instances, pass@k, context tokens, tool calls, errors and program structure, with the commit and config.
+  A finished harness is not rerun (its eval/results.json is read back).
+  """
+  os.makedirs(workdir, exist_ok=True)
+  out: dict[str, dict] = {}
+  for mode in config.paradigms.modes:
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.paradigms.modes = ()
+    c.mode = mode
+    c.sft.oracle_modes = (mode,)
+    if c.sft.teacher_jsonl:
+      c.sft.modes = (mode,)
+    t0 = time.monotonic()
+    res = run(c, os.path.join(workdir, mode))
+    _log.info("paradigms: %s done in %.0f s", mode, time.monotonic() - t0)
+    out[mode] = res
+  results = {m: {int(k): v for k, v in r["eval"]["levels"].items()} for m, r in out.items() if r["eval"]}
+  levels = sorted({lvl for r in results.values() for lvl in r})
+  version = provenance.code_version()
+  commit = version["commit"] + (" (uncommitted changes)" if version["dirty"] else "")
+  head = (f"paradigm table: {len(select_tasks(tuple(config.tasks)))} tasks x levels {levels} x held-out seeds "
+          f"{tuple(config.eval.seeds)}, {config.eval.samples} samples each at temperature {config.eval.temperature}; "
+          f"checkpoint {config.model.checkpoint!r}; commit {commit}\n"
+          f"pass@1: mean over (task, seed) instances of the success rate [95% BCa bootstrap interval over "
+          f"instances], percent; pass@k unbiased; ctx_tok/obs_tok/calls/errors/turns: means per episode "
+          f"(policy tokenizer); loop/branch/try: share of programs with that construct\n")
+  table = head + evaluation.format_level_table(results, levels, tuple(config.eval.k))
+  with open(os.path.join(workdir, "results_paradigms.txt"), "w") as f:
+    f.write(table + "\n")
+  evaluation.write_json(os.path.join(workdir, "results_paradigms.json"),
+                        {"commit": version["commit"], "dirty": version["dirty"], "config": config.to_dict(),
+                         "levels": levels,
+                         "results": {m: {str(k): v for k, v in r.items()} for m, r in results.items()},
+                         "summaries": {m: _read_summary(os.path.join(workdir, m)) for m in out}})
+  print(table, flush=True)
+  return {"paradigms": out, "table": table}
+
+
+def _read_summary(d: str) -> dict | None:
+  p = os.path.join(d, "summary.json")
+  if not os.path.exists(p):
+    return None
+  with open(p) as f:
+    return json.load(f)

@@ -457,5 +457,194 @@ class McpServerTest(absltest.TestCase):
     self.assertEqual(left, [])
 
 
+
+def _served_task():
+  """A library task with an answer (so that any wrong answer gives R = 0): the README's example if it is
+  there, else the first such task. Its own PTC oracle solves it, whatever its domain's tools look like."""
+  from progagent import tasks as tasks_lib
+  ids = tasks_lib.task_ids()
+  preferred = [t for t in ["retail/pending_over_500"] + ids if t in ids]
+  return next(tasks_lib.get_task(t) for t in preferred if tasks_lib.get_task(t).answer is not None)
+
+
+@absltest.skipUnless(HAVE_BWRAP, "bubblewrap not installed")
+class McpTaskServerTest(absltest.TestCase):
+  """`python -m progagent.mcp_runtime_server --task ID --level 0 --seed 1`: a library task over MCP, with the
+  verifier's verdict in structured content and the verdict file (never in the text)."""
+
+  def _serve(self, extra, body, *, task_args=None):
+    """Starts the server for the chosen task (level 0, seed 1; or `task_args`) and runs `body(session,
+    workdir)`; returns (what body returned, the verdict file's JSON)."""
+    import anyio
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    workdir = _workspace(self)
+    out_dir = _workspace(self)
+    verdict_file = os.path.join(out_dir, "verdict.json")
+    seen = {}
+
+    async def main():
+      params = StdioServerParameters(
+          command=sys.executable,
+          args=["-m", "progagent.mcp_runtime_server"] + (task_args or [
+              "--task", self.task.task_id, "--level", "0", "--seed", "1", "--workdir", workdir]) +
+          ["--timeout-s", "30", "--verdict-file", verdict_file] + extra,
+          env={"PYTHONPATH": ROOT}, cwd=ROOT)
+      with open(os.devnull, "w") as errlog:
+        async with stdio_client(params, errlog=errlog) as (r, w):
+          async with ClientSession(r, w) as s:
+            await s.initialize()
+            seen["out"] = await body(s, workdir)
+
+    anyio.run(main)
+    with open(verdict_file) as f:
+      verdict = json.load(f)
+    self.assertEqual([d for d in os.listdir(workdir) if d.startswith("ep-")], [])  # episode removed at exit
+    self.assertEqual(os.listdir(out_dir), ["verdict.json"])  # no temporary file left
+    return seen["out"], verdict
+
+  def setUp(self):
+    super().setUp()
+    self.task = _served_task()
+
+  def _check_verdict(self, episode, reward):
+    self.assertEqual({k: episode[k] for k in ("done", "reward", "task_id", "level", "seed")},
+                     {"done": True, "reward": reward, "task_id": self.task.task_id, "level": 0, "seed": 1})
+
+  def test_ptc_oracle_gets_r1(self):
+    task = self.task
+
+    async def body(s, workdir):
+      seen = {"tools": (await s.list_tools()).tools}
+      seen["resources"] = [str(r.uri) for r in (await s.list_resources()).resources]
+      seen["instruction"] = (await s.read_resource("task://instruction")).contents[0].text
+      seen["prompts"] = [p.name for p in (await s.list_prompts()).prompts]
+      seen["prompt"] = (await s.get_prompt("task")).messages[0].content.text
+      [ep] = [d for d in os.listdir(workdir) if d.startswith("ep-")]
+      seen["host_files"] = sorted(os.listdir(os.path.join(workdir, ep, "workspace")))
+      seen["ls"] = await s.call_tool("programmatic_tool_call", {
+          "code": "import os\nprint(sorted(os.listdir('/workspace')))"})
+      seen["oracle"] = [await s.call_tool("programmatic_tool_call", {"code": prog}) for prog in task.ptc]
+      seen["after"] = await s.call_tool("programmatic_tool_call", {"code": "print(1)"})
+      return seen
+
+    seen, verdict = self._serve([], body)
+    self.assertEqual([t.name for t in seen["tools"]], ["programmatic_tool_call"])
+    self.assertIn("submit_answer(", seen["tools"][0].description)
+    self.assertEqual(seen["resources"], ["task://instruction"])
+    self.assertEqual(seen["instruction"], task.prompt)
+    self.assertEqual(seen["prompts"], ["task"])
+    self.assertEqual(seen["prompt"], task.prompt)
+    ls = seen["ls"]
+    self.assertFalse(ls.is_error, ls.content[0].text)
+    self.assertEqual(ls.content[0].text, f"{seen['host_files']!r}\n")  # the kernel sees the episode's W
+    self.assertEqual(ls.structured_content["episode"]["done"], False)
+    *firsts, last = seen["oracle"]
+    for r in firsts:
+      self.assertFalse(r.is_error, r.content[0].text)
+      self.assertFalse(r.structured_content["episode"]["done"])
+    self.assertFalse(last.is_error, last.content[0].text)
+    self._check_verdict(last.structured_content["episode"], 1)
+    for r in seen["oracle"]:
+      self.assertNotIn("reward", r.content[0].text)  # the verdict never reaches the model's text
+    self.assertTrue(seen["after"].is_error)
+    self.assertIn("episode is over", seen["after"].content[0].text)
+    self._check_verdict(seen["after"].structured_content["episode"], 1)
+    self._check_verdict(verdict, 1)
+
+  def test_wrong_answer_gets_r0(self):
+    async def body(s, workdir):
+      return await s.call_tool("programmatic_tool_call", {
+          "code": "print(tools['submit_answer'](answer='certainly not the answer'))"})
+
+    r, verdict = self._serve([], body)
+    self.assertFalse(r.is_error, r.content[0].text)
+    self.assertNotIn("reward", r.content[0].text)
+    self._check_verdict(r.structured_content["episode"], 0)
+    self._check_verdict(verdict, 0)
+
+  def test_direct_tools_dtc_oracle_gets_r1(self):
+    from progagent.task_env import ProgTaskEnv
+    from progagent.tasks import oracle
+    env = ProgTaskEnv(self.task.task_id, 0)
+    self.addCleanup(env.close)
+    task_tools = [t["name"] for t in env.tools()]
+    task = self.task
+
+    async def body(s, workdir):
+      seen = {"tools": [t.name for t in (await s.list_tools()).tools]}
+      seen["bad"] = await s.call_tool(task_tools[0], {"__bogus__": 1})
+      seen["program"] = await s.call_tool("programmatic_tool_call", {"code": "print(6 * 7)"})
+      gen = oracle.dtc_oracle(task.ptc, task_tools)
+      results = []
+      try:
+        call = next(gen)
+        while True:
+          r = await s.call_tool(call["name"], call["arguments"])
+          results.append(r)
+          call = gen.send(r.content[0].text)
+      except StopIteration:
+        pass
+      seen["dtc"] = results
+      return seen
+
+    seen, verdict = self._serve(["--direct-tools"], body)
+    self.assertEqual(seen["tools"], task_tools + ["programmatic_tool_call"])
+    bad = seen["bad"]
+    self.assertTrue(bad.is_error)
+    self.assertTrue(bad.content[0].text.startswith("Error: "), bad.content[0].text)
+    self.assertEqual(bad.structured_content["status"], "invalid")
+    self.assertEqual(seen["program"].content[0].text, "42\n")
+    self.assertGreaterEqual(len(seen["dtc"]), 2)
+    last = seen["dtc"][-1]
+    self.assertFalse(last.is_error, last.content[0].text)
+    self.assertNotIn("reward", last.content[0].text)
+    self._check_verdict(last.structured_content["episode"], 1)
+    for r in seen["dtc"][:-1]:
+      self.assertFalse(r.structured_content["episode"]["done"])
+    self._check_verdict(verdict, 1)
+
+  def test_no_submission_verdict_at_exit(self):
+    async def body(s, workdir):
+      return await s.call_tool("programmatic_tool_call", {"code": "print(sorted(tools))"})
+
+    r, verdict = self._serve([], body)
+    self.assertFalse(r.is_error, r.content[0].text)
+    self.assertIn("'submit_answer'", r.content[0].text)
+    for episode in (r.structured_content["episode"], verdict):
+      self.assertEqual({k: episode[k] for k in ("done", "reward", "task_id", "level", "seed")},
+                       {"done": False, "reward": 0, "task_id": self.task.task_id, "level": 0, "seed": 1})
+
+  def test_tools_factory_task_env_is_reset(self):
+    """A ProgTaskEnv from --tools-factory is reset to --seed (it used to fail with "step() before reset")."""
+    task = self.task
+
+    async def body(s, workdir):
+      return [await s.call_tool("programmatic_tool_call", {"code": prog}) for prog in task.ptc]
+
+    results, verdict = self._serve([], body, task_args=[
+        "--tools-factory", "progagent.task_env:ProgTaskEnv", "--kwargs",
+        json.dumps({"task_id": task.task_id, "scale": 0}), "--seed", "1"])
+    for r in results:
+      self.assertFalse(r.is_error, r.content[0].text)
+    self._check_verdict(results[-1].structured_content["episode"], 1)
+    self._check_verdict(verdict, 1)
+
+  def test_bad_task_id_or_level_refused_before_serving(self):
+    import subprocess
+    from progagent import tasks as tasks_lib
+    for args, messages in ((["--task", "nope/no_such_task"],
+                            ["unknown task id 'nope/no_such_task'", tasks_lib.task_ids()[0], self.task.task_id]),
+                           (["--task", self.task.task_id, "--level", "4"], ["level must be one of [0, 1, 2, 3]"])):
+      p = subprocess.run([sys.executable, "-m", "progagent.mcp_runtime_server"] + args, capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                         stdin=subprocess.DEVNULL)
+      self.assertEqual(p.returncode, 2, p.stderr)
+      self.assertEqual(p.stdout, "")
+      for m in messages:
+        self.assertIn(m, p.stderr)
+
+
 if __name__ == "__main__":
   absltest.main()

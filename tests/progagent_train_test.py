@@ -226,7 +226,7 @@ class FormatAndRolloutTest(absltest.TestCase):
     self.assertEqual(st["context_tokens"], len(ids))
     np.testing.assert_array_equal(t.logprobs()[mask], -0.5)
     np.testing.assert_array_equal(t.logprobs()[~mask], 0.0)
-    b = updates.make_batch([t], 1024, pad_id=0)
+    b = updates.make_batch([t], 1536, pad_id=0)
     np.testing.assert_array_equal(b.policy[0, :len(ids)], mask)
     self.assertFalse(b.policy[0, len(ids):].any())
 
@@ -324,7 +324,7 @@ class SmokeRunTest(absltest.TestCase):
     g, e = self.config.gspo, self.config.env
     sampler = rollouts.LMSampler(state.params, policy.model, key=jax.random.key(3),
                                  rows=g.tasks_per_step * g.rollouts_per_task, max_new_tokens=e.max_response_tokens,
-                                 temperature=1.0, stop_tokens=tuple(policy.chat.stop_ids), pad_id=0, buckets=(1024,))
+                                 temperature=1.0, stop_tokens=tuple(policy.chat.stop_ids), pad_id=0, buckets=(1536,))
     pool = rollouts.make_pool(self.config, 6)
     try:
       trajs = rollouts.run_rollouts(pool, sampler, policy.chat, list(self.config.tasks[:2]), config=self.config,
@@ -332,7 +332,7 @@ class SmokeRunTest(absltest.TestCase):
     finally:
       pool.close()
     self.assertLen(trajs, 6)
-    batch = updates.make_batch(trajs, 1024, pad_id=0)
+    batch = updates.make_batch(trajs, 1536, pad_id=0)
     for i, t in enumerate(trajs):
       resp = sum((tn.response_ids for tn in t.turns), [])
       self.assertEqual(batch.tokens[i][batch.policy[i]].tolist(), resp)

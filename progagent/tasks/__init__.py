@@ -11,11 +11,17 @@ oracle.py the DTC oracle. Episodes are run by progagent.task_env.ProgTaskEnv.
 
 from __future__ import annotations
 
-from progagent.tasks import base
-from progagent.tasks import (clinic, devops, events, finance, fleet, helpdesk, hr, inventory, library,
-                             rentals, retail, school)
+import importlib
+import pkgutil
 
-_MODULES = (retail, hr, library, inventory, helpdesk, finance, school, clinic, fleet, events, devops, rentals)
+from progagent.tasks import base
+
+# Every module of this package except the framework is a domain (DOMAIN, TASKS); adding a domain is adding
+# a module. Sorted by name so that task_ids() has one order everywhere.
+_FRAMEWORK = frozenset({"base", "oracle"})
+_MODULES = tuple(importlib.import_module(f"{__name__}.{m.name}")
+                 for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+                 if m.name not in _FRAMEWORK and not m.name.startswith("_"))
 
 DOMAINS: dict[str, base.Domain] = {m.DOMAIN.name: m.DOMAIN for m in _MODULES}
 TASKS: dict[str, base.Task] = {t.task_id: t for m in _MODULES for t in m.TASKS}

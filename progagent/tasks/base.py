@@ -23,6 +23,7 @@ import dataclasses
 import datetime
 import errno
 import itertools
+import json
 import math
 import os
 import pathlib
@@ -127,6 +128,115 @@ def p_num(description: str) -> dict:
   return {"type": "number", "description": description}
 
 
+# ------------------------------------------------------------------------------------------------ paging, filters
+
+DEFAULT_LIMIT = 50   # rows a list tool returns when `limit` is omitted
+MAX_LIMIT = 200      # the most rows one list call may return
+
+
+def paging_params() -> dict:
+  """The `limit` / `offset` parameters every list tool takes (JSON-schema properties)."""
+  return {"limit": p_int(f"rows per page, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT})"),
+          "offset": p_int("rows to skip (default 0); pass the previous page's next_offset")}
+
+
+def page(rows: Sequence[Any], limit: int | None = None, offset: int | None = None) -> dict:
+  """One page of a list result: {'items': rows[offset:offset + limit], 'total', 'offset', 'next_offset'}.
+
+  next_offset is None on the last page. Raises ToolError for limit outside 1..MAX_LIMIT or offset < 0."""
+  limit = DEFAULT_LIMIT if limit is None else limit
+  offset = 0 if offset is None else offset
+  if not 1 <= limit <= MAX_LIMIT:
+    raise ToolError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}; page with offset for more rows")
+  if offset < 0:
+    raise ToolError(f"offset must be >= 0, got {offset}")
+  items = list(rows[offset:offset + limit])
+  nxt = offset + limit if offset + limit < len(rows) else None
+  return {"items": items, "total": len(rows), "offset": offset, "next_offset": nxt}
+
+
+@dataclasses.dataclass(frozen=True)
+class Filter:
+  """One optional filter argument of a list tool: `where` is an SQL condition with one '?' (the argument).
+
+  Example: Filter("min_total", "total >= ?", p_num("smallest order total")). `like=True` wraps the argument
+  in '%...%' (substring match, case-insensitive for ASCII in SQLite)."""
+  param: str
+  where: str
+  schema: dict
+  like: bool = False
+
+
+def list_tool(name: str, description: str, *, table: str, columns: str, filters: Sequence[Filter] = (),
+              order_by: str = "id", required: Sequence[str] = ()) -> ToolDef:
+  """A declarative paged list tool over one table (or an SQL join given as `table`).
+
+  The tool takes the filters (all optional unless named in `required`) and limit/offset, and returns
+  page(...) of `SELECT columns FROM table WHERE <given filters> ORDER BY order_by`. Its description gets
+  the result shape appended, so that the agent knows to page.
+
+  Args:
+    name, description: the tool's name and what it lists.
+    table: table name or join expression (trusted: written by the task library, never by the agent).
+    columns: the SELECT list; the result rows' keys.
+    filters: the optional filter arguments.
+    order_by: the ORDER BY expression (results are deterministic).
+    required: filters the caller must give.
+  """
+  by_param = {f.param: f for f in filters}
+
+  def fn(ctx: "Ctx", limit: int | None = None, offset: int | None = None, **kw: Any) -> dict:
+    conds, args = [], []
+    for k, v in kw.items():
+      if v is None:
+        continue
+      f = by_param[k]
+      enum = f.schema.get("enum")
+      if enum and v not in enum:
+        raise ToolError(f"unknown {k} {v!r}; use one of {list(enum)}")
+      conds.append(f.where)
+      args.append(f"%{v}%" if f.like else v)
+    where = f" WHERE {' AND '.join(conds)}" if conds else ""
+    rows = ctx.q(f"SELECT {columns} FROM {table}{where} ORDER BY {order_by}", *args)
+    return page(rows, limit, offset)
+
+  desc = (f"{description} Returns {{items, total, offset, next_offset}} with at most `limit` items "
+          f"(default {DEFAULT_LIMIT}); next_offset is null on the last page.")
+  params = {f.param: f.schema for f in filters}
+  params.update(paging_params())
+  return ToolDef(name, desc, params, tuple(required), fn)
+
+
+def all_items(tool_fn: Callable[..., dict], **kwargs: Any) -> list:
+  """Every item of a paged list tool, for verifiers and generators in this library (not for agents)."""
+  out, offset = [], 0
+  while offset is not None:
+    p = tool_fn(limit=MAX_LIMIT, offset=offset, **kwargs)
+    out += p["items"]
+    offset = p["next_offset"]
+  return out
+
+
+def flaky(tdef: ToolDef, *, fail_first: int = 1, message: str = "service temporarily unavailable (503); retry "
+          "the same call") -> ToolDef:
+  """The tool, failing transiently: the first `fail_first` calls with each distinct argument set raise
+  ToolError(message) and later identical calls succeed. Deterministic per episode (the counter lives in the
+  episode's Ctx), so the oracle passes by retrying and an agent that gives up on the first error fails."""
+  def fn(ctx: "Ctx", **kw: Any) -> Any:
+    key = (tdef.name, json_key(kw))
+    n = ctx.calls.get(key, 0)
+    ctx.calls[key] = n + 1
+    if n < fail_first:
+      raise ToolError(message)
+    return tdef.fn(ctx, **kw)
+  return dataclasses.replace(tdef, fn=fn, description=tdef.description + " May fail transiently; retry then.")
+
+
+def json_key(kw: Mapping[str, Any]) -> str:
+  """A canonical text key of an argument dict."""
+  return json.dumps(kw, sort_keys=True, default=str)
+
+
 # ------------------------------------------------------------------------------------------------ state
 
 
@@ -142,6 +252,7 @@ class Ctx:
     self.conn = conn
     self.conn.row_factory = sqlite3.Row
     self.workspace = pathlib.Path(workspace)
+    self.calls: dict[Any, int] = {}   # per-episode call counters (flaky tools)
 
   def q(self, sql: str, *args: Any) -> list[dict]:
     """Rows of a query as dicts."""
@@ -372,6 +483,8 @@ SUBMIT_ANSWER = ToolDef(
 # ------------------------------------------------------------------------------------------------ answers
 
 ANSWER_KINDS = ("int", "number", "text", "set", "list")
+TAGS = ("explore", "errors", "writeback", "paging")
+HARD_TAGS = ("explore", "errors", "writeback")   # the issue's three kinds of non-trivial task
 
 
 def _norm_item(x: Any) -> Any:
@@ -450,6 +563,9 @@ class Task:
     check: check(ctx, expected, answer) -> bool on the *final* state; None means "the answer matches".
     wrong: a plausible wrong solution: a full PTC program, or (old, new) replaced once in the PTC oracle's
       last program. None: the oracle's answer perturbed (numbers + 1 / x 1.1, a set minus one element).
+    tags: what makes the task more than one query (TAGS): 'explore' (a format or location the agent must
+      discover), 'errors' (tools that fail transiently, return errors without an error flag, or return
+      unstructured text), 'writeback' (several kinds of writes), 'paging' (results over several pages).
   """
   domain: Domain
   name: str
@@ -459,8 +575,12 @@ class Task:
   answer: str | None = None
   check: Callable[[Ctx, Any, Any], bool] | None = None
   wrong: str | tuple[str, str] | None = None
+  tags: tuple[str, ...] = ()
 
   def __post_init__(self):
+    bad = sorted(set(self.tags) - set(TAGS))
+    if bad:
+      raise ValueError(f"task {self.task_id}: unknown tag(s) {bad}; tags are {TAGS}")
     if self.answer is None and self.check is None:
       raise ValueError(f"task {self.task_id}: a task without an answer kind needs a state check")
     if self.answer is not None and self.answer not in ANSWER_KINDS:

@@ -1,72 +1,120 @@
-"""Clinic domain: doctors, patients, appointments and prescriptions; intake forms and a leave notice are files."""
+"""Clinic domain: doctors, patients, appointments and prescriptions; intake forms (several formats), cancellation
+requests and a leave notice are workspace files."""
 
 from __future__ import annotations
 
+import datetime
+import json
 import random
+import re
 
 from progagent.tasks import base as B
 from progagent.tasks.base import Ctx, ToolError
 
 SPECIALTIES = ("cardiology",) * 3 + ("dermatology",) * 2 + ("pediatrics",) * 2 + ("neurology",) * 2 + ("general",)
+SPECIALTY_NAMES = ("cardiology", "dermatology", "pediatrics", "neurology", "general")
+APPT_STATUSES = ("scheduled", "completed", "no-show", "cancelled")
 DRUGS = ("amoxicillin", "ibuprofen", "metformin", "lisinopril", "atorvastatin", "omeprazole")
-ALLERGIES = ("penicillin", "latex", "peanuts", "pollen", "none")
-LEAVE = ("2024-07-08", "2024-07-19")
+ALLERGIES = ("penicillin", "latex", "peanuts", "pollen", "sulfa", "aspirin")
 
 SCHEMA = """
 CREATE TABLE doctors (id INTEGER PRIMARY KEY, name TEXT, specialty TEXT);
-CREATE TABLE patients (id INTEGER PRIMARY KEY, name TEXT, birth_date TEXT, phone TEXT, address TEXT);
+CREATE TABLE patients (id INTEGER PRIMARY KEY, name TEXT, birth_date TEXT, phone TEXT);
 CREATE TABLE appointments (id INTEGER PRIMARY KEY, patient_id INTEGER, doctor_id INTEGER, date TEXT, time TEXT,
                            status TEXT, cancel_reason TEXT);
 CREATE TABLE prescriptions (id INTEGER PRIMARY KEY, patient_id INTEGER, drug TEXT, dose TEXT, start_date TEXT,
                             active INTEGER);
+CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, patient_id INTEGER, text TEXT);
 CREATE INDEX appt_doctor ON appointments(doctor_id);
+CREATE INDEX appt_date ON appointments(date);
 """
+
+
+def _day(iso: str, delta: int) -> str:
+  return (datetime.date.fromisoformat(iso) + datetime.timedelta(days=delta)).isoformat()
+
+
+def _intake_text(rng: random.Random, fmt: str, pid: int, name: str, allergies: list[str]) -> str:
+  note = B.sentence(rng, 9)
+  if fmt == "json":
+    return json.dumps({"patient_id": pid, "name": name, "allergies": allergies, "notes": note}, indent=1)
+  if fmt == "csv":
+    return f"patient_id,name,allergies,notes\n{pid},{name},{';'.join(allergies) or 'none'},{note}\n"
+  return (f"Patient: {name} (id {pid})\nAllergies: {', '.join(a.capitalize() for a in allergies) or 'None'}\n"
+          f"Notes: {note}\n")
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   docs = [f"Dr. {n}" for n in B.unique_names(rng, len(SPECIALTIES))]
-  B.insert_rows(ctx, "doctors", [{"id": i + 1, "name": n, "specialty": s} for i, (n, s) in enumerate(zip(docs, SPECIALTIES))])
-  n_pat = 270 * f
+  B.insert_rows(ctx, "doctors", [{"id": i + 1, "name": n, "specialty": s}
+                                 for i, (n, s) in enumerate(zip(docs, SPECIALTIES))])
+  n_pat = 240 * f
+  names = B.unique_names(rng, n_pat)
   B.insert_rows(ctx, "patients", [{"id": i + 1, "name": n, "birth_date": B.rand_date(rng, "1940-01-01", "2020-12-31"),
-                                   "phone": f"+351 91 {rng.randint(100, 999)} {rng.randint(1000, 9999)}",
-                                   "address": f"{rng.randint(1, 300)} {rng.choice(B.LAST)} Street"}
-                                  for i, n in enumerate(B.unique_names(rng, n_pat))])
-  on_leave = rng.randint(1, len(docs))
+                                   "phone": f"+351 91 {rng.randint(100, 999)} {rng.randint(1000, 9999)}"}
+                                  for i, n in enumerate(names)])
   appts = []
-  for i in range(1250 * f):
-    date = B.rand_date(rng, "2024-01-02", "2024-07-31")
-    status = "scheduled" if date >= B.TODAY else rng.choices(("completed", "no-show", "cancelled"), (75, 15, 10))[0]
-    appts.append({"id": i + 1, "patient_id": rng.randint(1, n_pat), "doctor_id": rng.randint(1, len(docs)),
+
+  def add(date, doctor, status=None, patient=None):
+    if status is None:
+      status = "scheduled" if date >= B.TODAY else rng.choices(("completed", "no-show", "cancelled"), (75, 15, 10))[0]
+    appts.append({"id": len(appts) + 1, "patient_id": patient or rng.randint(1, n_pat), "doctor_id": doctor,
                   "date": date, "time": f"{rng.randint(8, 17):02d}:{rng.choice(('00', '20', '40'))}",
                   "status": status, "cancel_reason": None})
-  for d in ("2024-07-05", LEAVE[0], "2024-07-12", LEAVE[1], "2024-07-22"):   # around and on the leave bounds
-    appts.append({"id": len(appts) + 1, "patient_id": rng.randint(1, n_pat), "doctor_id": on_leave, "date": d,
-                  "time": "09:00", "status": "scheduled", "cancel_reason": None})
+
+  for _ in range(1000 * f):
+    add(B.rand_date(rng, "2024-01-02", "2024-07-31"), rng.randint(1, len(docs)))
+  busy = B.rand_date(rng, "2024-06-01", "2024-06-30")       # the busiest June day, by a margin
+  for _ in range(rng.randint(6, 14) * f):
+    add(busy, rng.randint(1, len(docs)), "completed")
+  on_leave = rng.randint(1, len(docs))
+  start = B.rand_date(rng, "2024-07-03", "2024-07-16")
+  end = _day(start, rng.randint(4, 11))
+  inside = [_day(start, rng.randint(1, 3)) for _ in range(rng.randint(1, 3))]
+  for d in [_day(start, -1), start, end, _day(end, 1)] + inside:
+    add(d, on_leave, "scheduled")
+  for p in rng.sample(range(1, n_pat + 1), rng.randint(1, 3)):   # patients with two Q2 no-shows
+    for _ in range(2):
+      add(B.rand_date(rng, "2024-04-01", "2024-06-30"), rng.randint(1, len(docs)), "no-show", p)
   B.insert_rows(ctx, "appointments", appts)
-  rx = [{"id": i + 1, "patient_id": rng.randint(1, n_pat), "drug": rng.choice(DRUGS), "dose": f"{rng.choice((5, 10, 20, 250, 500))} mg",
-         "start_date": B.rand_date(rng), "active": int(rng.random() < 0.7)} for i in range(225 * f)]
-  rx.append({"id": len(rx) + 1, "patient_id": 1, "drug": "amoxicillin", "dose": "500 mg", "start_date": "2024-06-20", "active": 1})
-  rx.append({"id": len(rx) + 1, "patient_id": 2, "drug": "amoxicillin", "dose": "250 mg", "start_date": "2024-06-21", "active": 1})
-  B.insert_rows(ctx, "prescriptions", rx)
-  B.write_docs(ctx, rng, "clinic", ["scheduling", "no_show_policy", "prescribing", "privacy", "triage"])
-  ctx.write("leave/leave_notice.txt", f"Staff notice\n\n{docs[on_leave - 1]} will be on leave from {LEAVE[0]} to "
-            f"{LEAVE[1]} (both days included).\n")
-  amox = sorted({r["patient_id"] for r in rx if r["drug"] == "amoxicillin" and r["active"]} - {1, 2})
+  rx = [{"id": i + 1, "patient_id": rng.randint(1, n_pat), "drug": rng.choice(DRUGS),
+         "dose": f"{rng.choice((5, 10, 20, 250, 500))} mg", "start_date": B.rand_date(rng),
+         "active": int(rng.random() < 0.7)} for i in range(225 * f)]
   k = B.n_data_files(f)
-  others = [p for p in range(3, n_pat + 1) if p not in amox]
-  chosen = [1, 2] + rng.sample(amox, min(len(amox), k // 2 - 1)) 
-  chosen += rng.sample(others, k - len(chosen))
-  for j, pid in enumerate(chosen):
-    allergy = "penicillin" if pid == 1 else "latex" if pid == 2 else rng.choice(ALLERGIES)
-    ctx.write(f"intake/patient_{pid:05d}.txt", f"Patient: {ctx.scalar('SELECT name FROM patients WHERE id = ?', pid)} "
-              f"(id {pid})\nAllergies: {allergy.capitalize()}\nNotes: {B.sentence(rng, 9)}\n")
+  n_intake = k - f
+  pids = rng.sample(range(1, n_pat + 1), n_intake)
+  conflicts = pids[:rng.randint(1, max(1, n_intake // 2))]
+  for pid in conflicts + pids[-1:]:   # the last: amoxicillin active, allergic to something else
+    rx.append({"id": len(rx) + 1, "patient_id": pid, "drug": "amoxicillin", "dose": f"{rng.choice((250, 500))} mg",
+               "start_date": B.rand_date(rng, "2024-05-01", "2024-06-30"), "active": 1})
+  B.insert_rows(ctx, "prescriptions", rx)
+  active_amox = {r["patient_id"] for r in rx if r["drug"] == "amoxicillin" and r["active"]}
+  B.write_docs(ctx, rng, "clinic", ["scheduling", "no_show_policy", "prescribing", "privacy", "triage"])
+  ctx.write("leave/leave_notice.txt", f"Staff notice\n\n{docs[on_leave - 1]} will be on leave from {start} to "
+            f"{end} (both days included).\n")
+  fmts = (["txt", "json", "csv"] * n_intake)[:n_intake]
+  rng.shuffle(fmts)
+  for j, pid in enumerate(pids):
+    others = [a for a in ALLERGIES if a != "penicillin"]
+    allergies = rng.sample(others, rng.randint(0, 2))
+    if pid in conflicts or (pid not in active_amox and rng.random() < 0.5):
+      allergies.insert(rng.randint(0, len(allergies)), "penicillin")
+    if pid == pids[-1]:
+      allergies = [a for a in allergies if a != "penicillin"]
+    ctx.write(f"intake/patient_{pid:05d}.{fmts[j]}", _intake_text(rng, fmts[j], pid, names[pid - 1], allergies))
+  past = [a["id"] for a in appts if a["status"] != "scheduled"]
+  future = [a["id"] for a in appts if a["status"] == "scheduled" and a["doctor_id"] != on_leave]
+  sizes = [(rng.randint(2, 4), rng.randint(1, 2)) for _ in range(f)]
+  fut = rng.sample(future, sum(a for a, _ in sizes))
+  old = rng.sample(past, sum(b for _, b in sizes))
+  for j, (a, b) in enumerate(sizes):
+    ids = [fut.pop() for _ in range(a)] + [old.pop() for _ in range(b)]
+    rng.shuffle(ids)
+    ctx.write(f"requests/cancellations_{j + 1:02d}.txt", "Patients asked to cancel these appointments:\n" +
+              "".join(f"- appointment {i}\n" for i in ids))
 
 
-def _list_appts(ctx, doctor_id):
-  if ctx.q1("SELECT id FROM doctors WHERE id = ?", doctor_id) is None:
-    raise ToolError(f"no doctor with id {doctor_id}; list_doctors gives the ids")
-  return ctx.q("SELECT id, patient_id, date, time, status FROM appointments WHERE doctor_id = ? ORDER BY id", doctor_id)
-
+# -- tools
 
 def _get_patient(ctx, patient_id):
   r = ctx.q1("SELECT * FROM patients WHERE id = ?", patient_id)
@@ -76,110 +124,211 @@ def _get_patient(ctx, patient_id):
 
 
 def _cancel(ctx, appointment_id, reason):
+  """Cancels a scheduled appointment; for any other status it answers ok false (no exception)."""
   r = ctx.q1("SELECT status FROM appointments WHERE id = ?", appointment_id)
   if r is None:
     raise ToolError(f"no appointment with id {appointment_id}")
   if r["status"] != "scheduled":
-    raise ToolError(f"appointment {appointment_id} is {r['status']}; only scheduled ones can be cancelled")
+    return {"appointment_id": appointment_id, "ok": False,
+            "error": f"appointment is {r['status']}; only scheduled appointments can be cancelled"}
   ctx.exec("UPDATE appointments SET status = 'cancelled', cancel_reason = ? WHERE id = ?", reason, appointment_id)
-  return {"appointment_id": appointment_id, "status": "cancelled"}
+  return {"appointment_id": appointment_id, "ok": True, "status": "cancelled"}
 
 
-def _list_rx(ctx, drug):
-  return ctx.q("SELECT id, patient_id, dose, start_date, active FROM prescriptions WHERE drug = ? ORDER BY id",
-               drug.lower())
+def _send_message(ctx, patient_id, text):
+  _get_patient(ctx, patient_id)
+  if not text.strip():
+    raise ToolError("the message is empty")
+  ctx.exec("INSERT INTO messages (patient_id, text) VALUES (?, ?)", patient_id, text)
+  return {"patient_id": patient_id, "sent": True}
 
 
 TOOLS = (
-    B.tool("list_doctors", "List the doctors: [{id, name, specialty}].",
-           lambda ctx: ctx.q("SELECT * FROM doctors ORDER BY id")),
-    B.tool("list_appointments", "List a doctor's appointments: [{id, patient_id, date, time, status}] with status "
-           "scheduled, completed, no-show or cancelled.", _list_appts, required=("doctor_id",),
-           doctor_id=B.p_int("doctor id")),
-    B.tool("get_patient", "Get one patient.", _get_patient, required=("patient_id",), patient_id=B.p_int("patient id")),
-    B.tool("cancel_appointment", "Cancel a scheduled appointment, giving a reason.", _cancel,
+    B.list_tool("list_doctors", "List the doctors: items {id, name, specialty}.", table="doctors",
+                columns="id, name, specialty",
+                filters=[B.Filter("specialty", "specialty = ?", B.p_str("specialty", SPECIALTY_NAMES)),
+                         B.Filter("name", "name LIKE ?", B.p_str("part of the doctor's name"), like=True)]),
+    B.list_tool("list_appointments", "List appointments: items {id, patient_id, doctor_id, date, time, status} with "
+                "status scheduled, completed, no-show or cancelled.", table="appointments",
+                columns="id, patient_id, doctor_id, date, time, status", order_by="date, time, id",
+                filters=[B.Filter("doctor_id", "doctor_id = ?", B.p_int("only this doctor")),
+                         B.Filter("patient_id", "patient_id = ?", B.p_int("only this patient")),
+                         B.Filter("status", "status = ?", B.p_str("only this status", APPT_STATUSES)),
+                         B.Filter("date_from", "date >= ?", B.p_str("earliest date, YYYY-MM-DD (included)")),
+                         B.Filter("date_to", "date <= ?", B.p_str("latest date, YYYY-MM-DD (included)"))]),
+    B.tool("get_patient", "Get one patient: {id, name, birth_date, phone}.", _get_patient, required=("patient_id",),
+           patient_id=B.p_int("patient id")),
+    B.tool("cancel_appointment", "Cancel a scheduled appointment, giving a reason; returns {appointment_id, ok, "
+           "status} or {appointment_id, ok: false, error} when it cannot be cancelled.", _cancel,
            required=("appointment_id", "reason"), appointment_id=B.p_int("appointment id"),
            reason=B.p_str("why it is cancelled")),
-    B.tool("list_prescriptions", "List the prescriptions of a drug: [{id, patient_id, dose, start_date, active}].",
-           _list_rx, required=("drug",), drug=B.p_str("drug name, e.g. 'ibuprofen'")),
-    B.LIST_FILES, B.READ_FILE,
+    B.list_tool("list_prescriptions", "List prescriptions: items {id, patient_id, drug, dose, start_date, active} "
+                "(active 1 or 0).", table="prescriptions", columns="id, patient_id, drug, dose, start_date, active",
+                filters=[B.Filter("drug", "drug = lower(?)", B.p_str("drug name, e.g. 'ibuprofen'")),
+                         B.Filter("patient_id", "patient_id = ?", B.p_int("only this patient")),
+                         B.Filter("active", "active = ?", B.p_int("1: only active ones, 0: only ended ones"))]),
+    B.flaky(B.tool("send_message", "Send a text message to a patient; returns {patient_id, sent}.", _send_message,
+                   required=("patient_id", "text"), patient_id=B.p_int("patient id"), text=B.p_str("the message")),
+            message="SMS gateway busy (503); retry the same call"),
+    B.LIST_FILES, B.READ_FILE, B.WRITE_FILE,
 )
 
 DOMAIN = B.Domain("clinic", "A clinic's doctors, patients, appointments and prescriptions.", SCHEMA, generate, TOOLS)
 
-LEAVE_PROG = r"""
+PAGES = """\
+def fetch(tool, **kw):
+    out, off = [], 0
+    while off is not None:
+        p = tools[tool](limit=200, offset=off, **kw)
+        out += p["items"]
+        off = p["next_offset"]
+    return out
+"""
+
+LEAVE_PROG = PAGES + r"""
 import re
 text = tools["read_file"](path="leave/leave_notice.txt")["content"]
 m = re.search(r"(Dr\. .+?) will be on leave from (\d{4}-\d\d-\d\d) to (\d{4}-\d\d-\d\d)", text)
 name, start, end = m.groups()
-doc = next(d for d in tools["list_doctors"]() if d["name"] == name)
-for a in tools["list_appointments"](doctor_id=doc["id"]):
-    if a["status"] == "scheduled" and start <= a["date"] <= end:
-        tools["cancel_appointment"](appointment_id=a["id"], reason="doctor on leave")
+doc = next(d for d in fetch("list_doctors", name=name) if d["name"] == name)
+for a in fetch("list_appointments", doctor_id=doc["id"], status="scheduled", date_from=start, date_to=end):
+    tools["cancel_appointment"](appointment_id=a["id"], reason="doctor on leave")
 tools["submit_answer"]()
 """
 
-NOSHOW = """\
-n = 0
-for d in tools["list_doctors"]():
-    if d["specialty"] == "cardiology":
-        n += sum(1 for a in tools["list_appointments"](doctor_id=d["id"])
-                 if a["status"] == "no-show" and a["date"] <= "2024-03-31")
-print(n)
-tools["submit_answer"](answer=n)
+NOSHOW = PAGES + """\
+ids = []
+for d in fetch("list_doctors", specialty="cardiology"):
+    ids += [a["id"] for a in fetch("list_appointments", doctor_id=d["id"], status="no-show", date_from="2024-01-01",
+                                   date_to="2024-03-31")]
+print(len(ids))
+tools["submit_answer"](answer=sorted(ids))
 """
 
-ALLERGY = r"""
-import re
-active = {p["patient_id"] for p in tools["list_prescriptions"](drug="amoxicillin") if p["active"]}
+ALLERGY = PAGES + r"""
+import csv, io, json, re
+active = {p["patient_id"] for p in fetch("list_prescriptions", drug="amoxicillin", active=1)}
 out = []
 for path in tools["list_files"](directory="intake"):
     text = tools["read_file"](path=path)["content"]
-    pid = int(re.search(r"\(id (\d+)\)", text).group(1))
-    allergies = re.search(r"Allergies: (.*)", text).group(1).lower()
-    if pid in active and "penicillin" in allergies:
+    if path.endswith(".json"):
+        d = json.loads(text)
+        pid, allergies = d["patient_id"], " ".join(d["allergies"])
+    elif path.endswith(".csv"):
+        row = next(csv.DictReader(io.StringIO(text)))
+        pid, allergies = int(row["patient_id"]), row["allergies"]
+    else:
+        pid = int(re.search(r"\(id (\d+)\)", text).group(1))
+        allergies = re.search(r"Allergies: (.*)", text).group(1)
+    if pid in active and "penicillin" in allergies.lower():
         out.append(pid)
 print(sorted(out))
 tools["submit_answer"](answer=sorted(out))
 """
 
-BUSIEST = """\
+BUSIEST = PAGES + """\
 from collections import Counter
-c = Counter()
-for d in tools["list_doctors"]():
-    for a in tools["list_appointments"](doctor_id=d["id"]):
-        if a["status"] == "completed" and a["date"].startswith("2024-06"):
-            c[a["date"]] += 1
+c = Counter(a["date"] for a in fetch("list_appointments", status="completed", date_from="2024-06-01",
+                                     date_to="2024-06-30"))
 best = min(c, key=lambda day: (-c[day], day))
 print(best, c[best])
-tools["submit_answer"](answer=best)
+tools["submit_answer"](answer=[best, c[best]])
+"""
+
+REQUESTS = PAGES + r"""
+import re
+failed = []
+for path in tools["list_files"](directory="requests"):
+    for m in re.finditer(r"appointment (\d+)", tools["read_file"](path=path)["content"]):
+        r = tools["cancel_appointment"](appointment_id=int(m.group(1)), reason="patient request")
+        if not r.get("ok"):
+            failed.append(int(m.group(1)))
+print(failed)
+tools["submit_answer"](answer=sorted(failed))
+"""
+
+WARNINGS = PAGES + """\
+from collections import Counter
+c = Counter(a["patient_id"] for a in fetch("list_appointments", status="no-show", date_from="2024-04-01",
+                                           date_to="2024-06-30"))
+rows = ["patient_id,no_shows"]
+for pid in sorted(p for p, k in c.items() if k >= 2):
+    text = f"You missed {c[pid]} appointments between April and June. Please cancel appointments you cannot attend."
+    for attempt in range(5):
+        try:
+            tools["send_message"](patient_id=pid, text=text)
+            break
+        except Exception as e:
+            print("retrying:", e)
+    else:
+        raise RuntimeError(f"could not message patient {pid}")
+    rows.append(f"{pid},{c[pid]}")
+tools["write_file"](path="reports/no_show_warnings.csv", content="\\n".join(rows) + "\\n")
+tools["submit_answer"]()
 """
 
 
 def _appts(ctx):
-  return {r["id"]: (r["status"], r["cancel_reason"]) for r in ctx.q("SELECT id, status, cancel_reason FROM appointments")}
+  return {r["id"]: (r["status"], r["cancel_reason"])
+          for r in ctx.q("SELECT id, status, cancel_reason FROM appointments")}
 
 
 def _leave_expected(ctx):
-  import re
-  name = re.search(r"(Dr\. .+?) will be on leave", ctx.read("leave/leave_notice.txt")).group(1)
+  name, start, end = re.search(r"(Dr\. .+?) will be on leave from (\S+) to (\S+) ",
+                               ctx.read("leave/leave_notice.txt")).groups()
   want = _appts(ctx)
   for r in ctx.q("SELECT a.id FROM appointments a JOIN doctors d ON d.id = a.doctor_id WHERE d.name = ? AND "
-                 "a.status = 'scheduled' AND a.date BETWEEN ? AND ?", name, *LEAVE):
+                 "a.status = 'scheduled' AND a.date BETWEEN ? AND ?", name, start, end):
     want[r["id"]] = ("cancelled", "doctor on leave")
   return want
 
 
 def _allergy(ctx):
-  import re
-  active = {r["patient_id"] for r in ctx.q("SELECT patient_id FROM prescriptions WHERE drug = 'amoxicillin' AND active = 1")}
+  active = {r["patient_id"] for r in ctx.q(
+      "SELECT patient_id FROM prescriptions WHERE drug = 'amoxicillin' AND active = 1")}
   out = []
   for rel in ctx.files("intake"):
+    pid = int(re.search(r"patient_(\d+)\.", rel).group(1))
     text = ctx.read(rel)
-    pid = int(re.search(r"\(id (\d+)\)", text).group(1))
-    if pid in active and "penicillin" in re.search(r"Allergies: (.*)", text).group(1).lower():
+    allergic = ("penicillin" in json.loads(text)["allergies"] if rel.endswith(".json") else
+                "penicillin" in text.lower())
+    if pid in active and allergic:
       out.append(pid)
   return sorted(out)
+
+
+def _busiest(ctx):
+  r = ctx.q1("SELECT date, COUNT(*) AS n FROM appointments WHERE status = 'completed' AND date LIKE '2024-06-%' "
+             "GROUP BY date ORDER BY n DESC, date LIMIT 1")
+  return [r["date"], r["n"]]
+
+
+def _requests_expected(ctx):
+  want, failed = _appts(ctx), []
+  for rel in ctx.files("requests"):
+    for m in re.finditer(r"appointment (\d+)", ctx.read(rel)):
+      i = int(m.group(1))
+      if want[i][0] == "scheduled":
+        want[i] = ("cancelled", "patient request")
+      else:
+        failed.append(i)
+  return {"answer": sorted(failed), "appts": want}
+
+
+def _warnings(ctx):
+  return {r["patient_id"]: r["k"] for r in ctx.q(
+      "SELECT patient_id, COUNT(*) AS k FROM appointments WHERE status = 'no-show' AND date BETWEEN '2024-04-01' "
+      "AND '2024-06-30' GROUP BY patient_id HAVING k >= 2")}
+
+
+def _warnings_check(ctx, e, a):
+  rows = ctx.q("SELECT patient_id, text FROM messages")
+  got = {r["patient_id"]: r["text"] for r in rows}
+  if len(rows) != len(got) or got.keys() != e.keys() or not all(re.search(rf"\b{e[p]}\b", got[p]) for p in e):
+    return False
+  text = ctx.read("reports/no_show_warnings.csv")
+  lines = [] if text is None else [line.strip().replace(" ", "") for line in text.splitlines() if line.strip()]
+  return lines == ["patient_id,no_shows"] + [f"{p},{e[p]}" for p in sorted(e)]
 
 
 TASKS = [
@@ -187,21 +336,34 @@ TASKS = [
            "Cancel, with the reason 'doctor on leave', every scheduled appointment of the doctor named in "
            "leave/leave_notice.txt that falls within the leave (both end dates included). Change nothing else.",
            (LEAVE_PROG,), _leave_expected, check=lambda ctx, e, a: _appts(ctx) == e,
-           wrong=('start <= a["date"] <= end', 'start <= a["date"] < end')),
+           wrong=("date_to=end", 'date_to=end[:8] + "%02d" % (int(end[8:]) - 1)')),
     B.Task(DOMAIN, "cardiology_noshows_q1",
-           "How many appointments of cardiology doctors dated from 2024-01-01 to 2024-03-31 ended as 'no-show'?",
-           (NOSHOW,), lambda ctx: ctx.scalar(
-               "SELECT COUNT(*) FROM appointments a JOIN doctors d ON d.id = a.doctor_id WHERE d.specialty = "
-               "'cardiology' AND a.status = 'no-show' AND a.date <= '2024-03-31'"),
-           answer="int", wrong=(' and a["date"] <= "2024-03-31"', "")),
+           "Which appointments with cardiology doctors dated from 2024-01-01 to 2024-03-31 ended as 'no-show'? "
+           "Submit the list of their appointment ids.", (NOSHOW,), lambda ctx: [r["id"] for r in ctx.q(
+               "SELECT a.id FROM appointments a JOIN doctors d ON d.id = a.doctor_id WHERE d.specialty = "
+               "'cardiology' AND a.status = 'no-show' AND a.date BETWEEN '2024-01-01' AND '2024-03-31'")],
+           answer="set", wrong=('date_to="2024-03-31"', 'date_to="2024-04-30"')),
     B.Task(DOMAIN, "amoxicillin_allergy_conflicts",
            "Which patients have an active amoxicillin prescription although their intake form in intake/ lists a "
-           "penicillin allergy? Submit the list of their patient ids.", (ALLERGY,), _allergy, answer="set",
-           wrong=(' and "penicillin" in allergies', "")),
+           "penicillin allergy? The forms do not all use the same format. Submit the list of their patient ids.",
+           (ALLERGY,), _allergy, answer="set", wrong=(' and "penicillin" in allergies.lower()', ""),
+           tags=("explore",)),
     B.Task(DOMAIN, "busiest_june_day",
            "On which date in June 2024 did the clinic have the most completed appointments (all doctors "
-           "together)? Submit the date as YYYY-MM-DD (on a tie, the earliest date).", (BUSIEST,),
-           lambda ctx: ctx.scalar("SELECT date FROM appointments WHERE status = 'completed' AND date LIKE '2024-06-%' "
-                                  "GROUP BY date ORDER BY COUNT(*) DESC, date LIMIT 1"), answer="text",
-           wrong=("best = min(c, key=lambda day: (-c[day], day))", "best = sorted(c, key=lambda day: (-c[day], day))[1]")),
+           "together), and how many were there? Submit a list [date as YYYY-MM-DD, count] (on a tie, the earliest "
+           "date).", (BUSIEST,), _busiest, answer="list",
+           wrong=("best = min(c, key=lambda day: (-c[day], day))",
+                  "best = sorted(c, key=lambda day: (-c[day], day))[1]")),
+    B.Task(DOMAIN, "process_cancellation_requests",
+           "The files in requests/ list appointments that patients asked to cancel. Cancel each of them with the "
+           "reason 'patient request'. Some of them cannot be cancelled any more; submit the list of the ids of "
+           "those appointments.", (REQUESTS,), _requests_expected, answer="set",
+           check=lambda ctx, e, a: _appts(ctx) == e["appts"], wrong=('if not r.get("ok"):', "if False:"),
+           tags=("errors",)),
+    B.Task(DOMAIN, "no_show_warnings",
+           "Warn every patient who missed (status 'no-show') at least two appointments dated from 2024-04-01 to "
+           "2024-06-30: send each of them exactly one message that states the number of missed appointments, and "
+           "write reports/no_show_warnings.csv with the header 'patient_id,no_shows' and one row per warned patient "
+           "in increasing patient id order. Send no other messages.", (WARNINGS,), _warnings, check=_warnings_check,
+           wrong=("if k >= 2", "if k >= 1"), tags=("writeback", "errors")),
 ]

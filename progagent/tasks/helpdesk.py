@@ -1,22 +1,28 @@
-"""Helpdesk domain: support tickets and agents; chat transcripts and the on-call note are workspace files."""
+"""Helpdesk domain: support tickets and agents; chat transcripts, the on-call note and a shift handover note are
+workspace files; first-response times come from an SLA service that answers in free text and is sometimes busy."""
 
 from __future__ import annotations
 
 import random
+import re
 
 from progagent.tasks import base as B
 from progagent.tasks.base import Ctx, ToolError
 
 PRIORITIES = ("low", "normal", "high", "urgent")
 STATUSES = ("open", "pending", "resolved", "closed")
+TEAMS = ("tier1", "tier2", "billing")
 SUBJECTS = ("Cannot log in", "Invoice looks wrong", "App crashes on start", "Password reset email missing",
             "Wrong item delivered", "Cannot change address", "Slow page loads", "Charged twice",
             "Export to CSV fails", "Account locked")
+SLA_TARGET_H = {"low": 24, "normal": 8, "high": 4, "urgent": 1}   # first-response targets (hours)
 
 SCHEMA = """
 CREATE TABLE agents (id INTEGER PRIMARY KEY, name TEXT, team TEXT, on_duty INTEGER);
 CREATE TABLE tickets (id INTEGER PRIMARY KEY, customer_email TEXT, subject TEXT, priority TEXT, status TEXT,
                       created TEXT, assignee_id INTEGER, body TEXT);
+CREATE TABLE comments (id INTEGER PRIMARY KEY AUTOINCREMENT, ticket_id INTEGER, text TEXT);
+CREATE TABLE sla (ticket_id INTEGER PRIMARY KEY, response_minutes INTEGER, busy INTEGER);
 CREATE INDEX tickets_status ON tickets(status);
 """
 
@@ -24,7 +30,10 @@ CREATE INDEX tickets_status ON tickets(status);
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   names = B.unique_names(rng, 12)
   teams = ["tier1"] * 6 + ["tier2"] * 4 + ["billing"] * 2
-  B.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": int(rng.random() < 0.6)}
+  duty = [int(rng.random() < 0.6) for _ in names]
+  for i in rng.sample(range(6, 10), 2):   # at least two tier2 agents on duty
+    duty[i] = 1
+  B.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": duty[i]}
                                 for i, nm in enumerate(names)])
   customers = B.unique_names(rng, 130 * f)
   tickets = []
@@ -34,32 +43,52 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                     "priority": rng.choices(PRIORITIES, (3, 5, 2, 1))[0],
                     "status": rng.choices(STATUSES, (3, 2, 3, 4))[0], "created": B.rand_date(rng),
                     "assignee_id": rng.randint(1, 12) if rng.random() < 0.6 else None,
-                    "body": " ".join(B.sentence(rng, 9) for _ in range(2))})
-  for k, assignee in enumerate((None, 3, None, 7)):   # open urgent tickets, assigned or not, at every scale
-    tickets[k].update(priority="urgent", status="open", assignee_id=assignee)
+                    "body": B.sentence(rng, 12)})
+  n_free, n_taken = rng.randint(2, 4), rng.randint(1, 3)   # open urgent tickets, unassigned or not
+  for k, t in enumerate(rng.sample(tickets, n_free + n_taken)):
+    t.update(priority="urgent", status="open", assignee_id=None if k < n_free else rng.randint(1, 12))
   B.insert_rows(ctx, "tickets", tickets)
+  sla = []
+  for t in tickets:
+    target = SLA_TARGET_H[t["priority"]] * 60
+    sla.append({"ticket_id": t["id"], "response_minutes": rng.randint(max(5, target // 5), 2 * target),
+                "busy": int(rng.random() < 0.3)})
+  scope = [s for s, t in zip(sla, tickets) if t["status"] == "open" and t["priority"] in ("high", "urgent")]
+  for s in rng.sample(scope, 2):   # at least one breach behind a busy service, one clean breach
+    s["response_minutes"] = SLA_TARGET_H[tickets[s["ticket_id"] - 5001]["priority"]] * 60 + rng.randint(5, 50)
+  scope_breach = [s for s in scope if s["response_minutes"] > SLA_TARGET_H[tickets[s["ticket_id"] - 5001]
+                                                                            ["priority"]] * 60]
+  rng.choice(scope_breach)["busy"] = 1
+  B.insert_rows(ctx, "sla", sla)
   B.write_docs(ctx, rng, "helpdesk", ["escalation", "sla", "macros", "tone_guide", "rota"])
   ctx.write("oncall.txt", f"On-call agent: {names[rng.randint(6, 9)]}\n")
-  for j, t in enumerate(rng.sample(tickets, B.n_data_files(f))):
-    word = ("Refund", "refund", None, "REFUND", None)[j % 5]
+  n_tr = B.n_data_files(f) - 1   # one data slot holds the handover note
+  words = [rng.choice(("Refund", "REFUND"))] + [rng.choice(("Refund", "refund", "REFUND", None, None))
+                                                for _ in range(n_tr - 1)]
+  rng.shuffle(words)
+  for t, word in zip(rng.sample(tickets, n_tr), words):
     lines = [f"customer: {B.sentence(rng, 8)}", f"agent: {B.sentence(rng, 10)}"]
     if word:
       lines.insert(rng.randint(0, 2), f"customer: I want a {word} for this. {B.sentence(rng, 5)}")
     ctx.write(f"transcripts/ticket_{t['id']}.txt", f"Ticket {t['id']}: {t['subject']}\n" + "\n".join(lines) + "\n")
+  live = [t for t in tickets if t["status"] in ("open", "pending")]
+  done = [t for t in tickets if t["status"] in ("resolved", "closed")]
+  listed = rng.sample(live, rng.randint(2, 4)) + rng.sample(done, rng.randint(1, 2))
+  rng.shuffle(listed)
+  refs = [rng.choice((f"#{t['id']}", f"ticket {t['id']}", f"T-{t['id']}")) + f" - {B.sentence(rng, 5)}"
+          for t in listed]
+  ctx.write(f"shift_notes/{rng.choice(('early', 'late', 'night'))}/handover_06{rng.randint(10, 28)}.txt",
+            f"Handover from {rng.choice(names)}\n\n{B.sentence(rng, 9)}\n\nPlease escalate:\n"
+            + "".join(f"  * {r}\n" for r in refs) + f"\n{B.sentence(rng, 7)}\n")
 
+
+# -- tools
 
 def _get_ticket(ctx, ticket_id):
   r = ctx.q1("SELECT * FROM tickets WHERE id = ?", ticket_id)
   if r is None:
     raise ToolError(f"no ticket with id {ticket_id}")
   return r
-
-
-def _list_tickets(ctx, status):
-  if status not in STATUSES:
-    raise ToolError(f"unknown status {status!r}; use one of {list(STATUSES)}")
-  return ctx.q("SELECT id, subject, priority, status, created, assignee_id FROM tickets WHERE status = ? "
-               "ORDER BY id", status)
 
 
 def _assign(ctx, ticket_id, agent_id):
@@ -78,67 +107,174 @@ def _set_status(ctx, ticket_id, status):
   return {"ticket_id": ticket_id, "status": status}
 
 
+def _add_comment(ctx, ticket_id, text):
+  _get_ticket(ctx, ticket_id)
+  if not text.strip():
+    raise ToolError("the comment is empty")
+  ctx.exec("INSERT INTO comments (ticket_id, text) VALUES (?, ?)", ticket_id, text)
+  return {"ticket_id": ticket_id, "added": True}
+
+
+def _duration(minutes: int) -> str:
+  return f"{minutes} minutes" if minutes < 120 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _sla_report(ctx, ticket_id):
+  t = _get_ticket(ctx, ticket_id)
+  s = ctx.q1("SELECT * FROM sla WHERE ticket_id = ?", ticket_id)
+  key = ("sla_report", ticket_id)
+  n = ctx.calls.get(key, 0)
+  ctx.calls[key] = n + 1
+  if s["busy"] and n == 0:   # an error object, not a failed call: the caller must look at `ok`
+    return {"ok": False, "ticket_id": ticket_id, "error": "SLA service busy, report not ready; ask again"}
+  target = SLA_TARGET_H[t["priority"]]
+  return {"ok": True, "ticket_id": ticket_id,
+          "report": f"Ticket {ticket_id} ({t['priority']} priority), opened {t['created']}. First response "
+                    f"after {_duration(s['response_minutes'])}; target: {target} hour{'s' * (target > 1)}."}
+
+
 TOOLS = (
-    B.tool("list_tickets", "List the tickets with a status: [{id, subject, priority, status, created, "
-           "assignee_id}] (assignee_id null = unassigned).", _list_tickets, required=("status",),
-           status=B.p_str("ticket status", STATUSES)),
+    B.list_tool("list_tickets", "List tickets [{id, subject, priority, status, created, assignee_id}] "
+                "(assignee_id null = unassigned), optionally filtered.", table="tickets",
+                columns="id, subject, priority, status, created, assignee_id", filters=[
+                    B.Filter("status", "status = ?", B.p_str("ticket status", STATUSES)),
+                    B.Filter("priority", "priority = ?", B.p_str("priority", PRIORITIES)),
+                    B.Filter("assignee_id", "assignee_id = ?", B.p_int("only tickets of this agent")),
+                    B.Filter("assigned", "(assignee_id IS NOT NULL) = ?",
+                             {"type": "boolean", "description": "true: only assigned, false: only unassigned"}),
+                    B.Filter("created_before", "created < ?", B.p_str("only created before this date (YYYY-MM-DD)")),
+                    B.Filter("created_from", "created >= ?", B.p_str("only created on or after this date")),
+                    B.Filter("subject", "subject LIKE ?", B.p_str("text the subject contains"), like=True)]),
     B.tool("get_ticket", "Get one ticket with its body.", _get_ticket, required=("ticket_id",),
            ticket_id=B.p_int("ticket id")),
-    B.tool("list_agents", "List the support agents: [{id, name, team, on_duty}].",
-           lambda ctx: ctx.q("SELECT * FROM agents ORDER BY id")),
+    B.list_tool("list_agents", "List the support agents [{id, name, team, on_duty}] (on_duty 1 or 0).",
+                table="agents", columns="id, name, team, on_duty", filters=[
+                    B.Filter("team", "team = ?", B.p_str("team", TEAMS)),
+                    B.Filter("on_duty", "on_duty = ?", {"type": "boolean", "description": "on duty or not"})]),
     B.tool("assign_ticket", "Assign a ticket to an agent.", _assign, required=("ticket_id", "agent_id"),
            ticket_id=B.p_int("ticket id"), agent_id=B.p_int("agent id")),
     B.tool("set_ticket_status", "Set a ticket's status.", _set_status, required=("ticket_id", "status"),
            ticket_id=B.p_int("ticket id"), status=B.p_str("new status", STATUSES)),
+    B.tool("add_comment", "Add an internal comment to a ticket.", _add_comment, required=("ticket_id", "text"),
+           ticket_id=B.p_int("ticket id"), text=B.p_str("the comment text")),
+    B.tool("sla_report", "The SLA service's first-response report on one ticket: {ok, ticket_id, report} with "
+           "the report as text, or {ok: false, ticket_id, error} when the service cannot answer right now.",
+           _sla_report, required=("ticket_id",), ticket_id=B.p_int("ticket id")),
     B.LIST_FILES, B.READ_FILE,
 )
 
 DOMAIN = B.Domain("helpdesk", "A support desk's tickets and agents.", SCHEMA, generate, TOOLS)
 
+# -- tasks
+
 ONCALL = """\
 name = tools["read_file"](path="oncall.txt")["content"].split(":", 1)[1].strip()
-agent = next(a for a in tools["list_agents"]() if a["name"] == name)
-done = []
-for t in tools["list_tickets"](status="open"):
-    if t["priority"] == "urgent" and t["assignee_id"] is None:
-        tools["assign_ticket"](ticket_id=t["id"], agent_id=agent["id"])
-        done.append(t["id"])
-print(name, done)
+agent = next(a for a in tools["list_agents"](team="tier2")["items"] if a["name"] == name)
+todo, offset = [], 0
+while offset is not None:
+    page = tools["list_tickets"](status="open", priority="urgent", assigned=False, offset=offset)
+    todo += [t["id"] for t in page["items"]]
+    offset = page["next_offset"]
+for tid in todo:
+    tools["assign_ticket"](ticket_id=tid, agent_id=agent["id"])
+print(name, todo)
 tools["submit_answer"]()
 """
 
 REFUND = """\
-n = 0
+ids = []
 for path in tools["list_files"](directory="transcripts"):
-    if "refund" in tools["read_file"](path=path)["content"].lower():
-        n += 1
-print(n)
-tools["submit_answer"](answer=n)
+    text = tools["read_file"](path=path)["content"]
+    if "refund" in text.lower():
+        ids.append(int(text.split(":", 1)[0].split()[1]))
+print(ids)
+tools["submit_answer"](answer=ids)
 """
 
 CLOSE = """\
-for t in tools["list_tickets"](status="resolved"):
-    if t["created"] < "2024-05-01":
-        tools["set_ticket_status"](ticket_id=t["id"], status="closed")
+targets, offset = [], 0
+while offset is not None:   # collect first: closing tickets shifts the pages of 'resolved'
+    page = tools["list_tickets"](status="resolved", created_before="2024-05-01", offset=offset)
+    targets += [t["id"] for t in page["items"]]
+    offset = page["next_offset"]
+for tid in targets:
+    tools["set_ticket_status"](ticket_id=tid, status="closed")
+print(len(targets))
 tools["submit_answer"]()
 """
 
 BUSIEST = """\
-from collections import Counter
-c = Counter()
-for st in ("open", "pending"):
-    for t in tools["list_tickets"](status=st):
-        if t["assignee_id"] is not None:
-            c[t["assignee_id"]] += 1
-best = min(c, key=lambda a: (-c[a], a))
-name = next(a["name"] for a in tools["list_agents"]() if a["id"] == best)
-print(name, c[best])
-tools["submit_answer"](answer=name)
+agents = tools["list_agents"]()["items"]
+names = {a["id"]: a["name"] for a in agents}
+counts = {}
+for a in agents:
+    counts[a["id"]] = sum(tools["list_tickets"](status=st, assignee_id=a["id"], limit=1)["total"]
+                          for st in ("open", "pending"))
+best = min(counts, key=lambda a: (-counts[a], a))
+print(names[best], counts[best])
+tools["submit_answer"](answer=names[best])
+"""
+
+SLA = """\
+import re
+tickets, offset = [], 0
+for prio in ("high", "urgent"):
+    offset = 0
+    while offset is not None:
+        page = tools["list_tickets"](status="open", priority=prio, offset=offset)
+        tickets += page["items"]
+        offset = page["next_offset"]
+breached = []
+for t in tickets:
+    for attempt in range(5):
+        r = tools["sla_report"](ticket_id=t["id"])
+        if r["ok"]:
+            break
+    else:
+        raise RuntimeError(f"no SLA report for {t['id']}")
+    text = r["report"]
+    m = re.search(r"after (\\d+) h (\\d+) min", text)
+    took = int(m.group(1)) * 60 + int(m.group(2)) if m else int(re.search(r"after (\\d+) minutes", text).group(1))
+    target = int(re.search(r"target: (\\d+) hour", text).group(1)) * 60
+    if took > target:
+        breached.append(t["id"])
+print(len(tickets), breached)
+tools["submit_answer"](answer=breached)
+"""
+
+SLA_WRONG = SLA.replace("""    for attempt in range(5):
+        r = tools["sla_report"](ticket_id=t["id"])
+        if r["ok"]:
+            break
+    else:
+        raise RuntimeError(f"no SLA report for {t['id']}")
+""", """    r = tools["sla_report"](ticket_id=t["id"])
+    if not r["ok"]:
+        continue
+""")
+
+HANDOVER = """\
+import re
+note = next(p for p in tools["list_files"]() if "handover" in p)
+listed = [int(x) for x in re.findall(r"(?:#|ticket |T-)(\\d+)", tools["read_file"](path=note)["content"])]
+live = [tid for tid in listed if tools["get_ticket"](ticket_id=tid)["status"] in ("open", "pending")]
+load = {a["id"]: tools["list_tickets"](status="open", assignee_id=a["id"], limit=1)["total"]
+        for a in tools["list_agents"](team="tier2", on_duty=True)["items"]}
+target = min(load, key=lambda a: (load[a], a))
+for tid in live:
+    tools["assign_ticket"](ticket_id=tid, agent_id=target)
+    tools["add_comment"](ticket_id=tid, text="escalated")
+print(note, listed, live, target)
+tools["submit_answer"]()
 """
 
 
 def _tickets(ctx):
   return {r["id"]: (r["status"], r["assignee_id"]) for r in ctx.q("SELECT id, status, assignee_id FROM tickets")}
+
+
+def _comments(ctx):
+  return sorted((r["ticket_id"], r["text"].strip().lower()) for r in ctx.q("SELECT ticket_id, text FROM comments"))
 
 
 def _oncall_expected(ctx):
@@ -157,24 +293,64 @@ def _close_expected(ctx):
   return want
 
 
+def _refund_expected(ctx):
+  out = []
+  for p in ctx.files("transcripts"):
+    text = ctx.read(p)
+    if "refund" in text.lower():
+      out.append(int(text.split(":", 1)[0].split()[1]))
+  return sorted(out)
+
+
+def _sla_expected(ctx):
+  return [r["id"] for r in ctx.q(
+      "SELECT t.id, t.priority, s.response_minutes FROM tickets t JOIN sla s ON s.ticket_id = t.id "
+      "WHERE t.status = 'open' AND t.priority IN ('high', 'urgent') ORDER BY t.id")
+          if r["response_minutes"] > SLA_TARGET_H[r["priority"]] * 60]
+
+
+def _handover_expected(ctx):
+  note = next(p for p in ctx.files() if "handover" in p)
+  listed = [int(x) for x in re.findall(r"(?:#|ticket |T-)(\d+)", ctx.read(note))]
+  live = [t for t in listed if ctx.scalar("SELECT status FROM tickets WHERE id = ?", t) in ("open", "pending")]
+  target = ctx.scalar("SELECT a.id FROM agents a WHERE a.team = 'tier2' AND a.on_duty = 1 ORDER BY (SELECT "
+                      "COUNT(*) FROM tickets t WHERE t.assignee_id = a.id AND t.status = 'open'), a.id LIMIT 1")
+  want = _tickets(ctx)
+  for t in live:
+    want[t] = (want[t][0], target)
+  return {"tickets": want, "comments": sorted((t, "escalated") for t in live)}
+
+
 TASKS = [
     B.Task(DOMAIN, "assign_urgent_oncall",
            "Assign every open ticket of priority 'urgent' that has no assignee to the on-call agent named in "
            "oncall.txt. Change nothing else.", (ONCALL,), _oncall_expected,
-           check=lambda ctx, e, a: _tickets(ctx) == e, wrong=(' and t["assignee_id"] is None', "")),
+           check=lambda ctx, e, a: _tickets(ctx) == e, wrong=("assigned=False, ", "")),
     B.Task(DOMAIN, "refund_transcripts",
-           "How many of the transcripts in transcripts/ contain the word 'refund' (in any letter case)?",
-           (REFUND,), lambda ctx: sum("refund" in ctx.read(p).lower() for p in ctx.files("transcripts")),
-           answer="int", wrong=(".lower()", "")),
+           "Which of the chat transcripts in transcripts/ contain the word 'refund' (in any letter case)? Submit "
+           "the list of their ticket ids (numbers).", (REFUND,), _refund_expected, answer="set",
+           wrong=(".lower()", "")),
     B.Task(DOMAIN, "close_old_resolved",
            "Set the status of every 'resolved' ticket created before 2024-05-01 to 'closed'. Change nothing else.",
            (CLOSE,), _close_expected, check=lambda ctx, e, a: _tickets(ctx) == e,
-           wrong=('if t["created"] < "2024-05-01":', "if True:")),
+           wrong=('created_before="2024-05-01", ', ""), tags=("paging",)),
     B.Task(DOMAIN, "busiest_agent",
            "Which agent is assigned the most tickets whose status is 'open' or 'pending'? Submit the agent's "
            "name (on a tie, the agent with the smaller id).", (BUSIEST,),
            lambda ctx: ctx.scalar("SELECT a.name FROM tickets t JOIN agents a ON a.id = t.assignee_id WHERE "
                                   "t.status IN ('open', 'pending') GROUP BY a.id ORDER BY COUNT(*) DESC, a.id LIMIT 1"),
-           answer="text", wrong=("best = min(c, key=lambda a: (-c[a], a))",
-                                 "best = sorted(c, key=lambda a: (-c[a], a))[1]")),
+           answer="text", wrong=("best = min(counts, key=lambda a: (-counts[a], a))",
+                                 "best = sorted(counts, key=lambda a: (-counts[a], a))[1]")),
+    B.Task(DOMAIN, "sla_breaches",
+           "Which open tickets of priority 'high' or 'urgent' missed their first-response target, according to "
+           "the SLA service (sla_report)? Submit the list of their ticket ids.", (SLA,), _sla_expected,
+           answer="set", wrong=SLA_WRONG, tags=("errors",)),
+    B.Task(DOMAIN, "escalate_handover",
+           "A shift handover note somewhere in the workspace lists tickets to escalate. Escalate each listed "
+           "ticket whose status is 'open' or 'pending': assign it to the on-duty tier2 agent with the fewest "
+           "open tickets (count before you change anything; on a tie, the smaller agent id) and add the comment "
+           "'escalated' to it. Leave the other listed tickets alone and change nothing else.", (HANDOVER,),
+           _handover_expected,
+           check=lambda ctx, e, a: _tickets(ctx) == e["tickets"] and _comments(ctx) == e["comments"],
+           wrong=('["status"] in ("open", "pending")', '["status"] != "spam"'), tags=("explore", "writeback")),
 ]

@@ -1,0 +1,191 @@
+"""ProgAgent evaluation: pass@k per scale level and harness on held-out seeds, context cost, program structure.
+
+  res = evaluate(config, policy, params, task_ids, mode="ptc", cache_dir=...)
+  format_level_table({"ptc": res}, levels)
+
+Source: ProgAgent (2026), "Training" and the published findings (SPEC.md, ProgAgent): pass rate at v0..v3
+per harness, tool calls, tool-output tokens, errors, and the share of programs with control flow ("DTC-style"
+programs; try/except in 8-9% of programs).
+
+Protocol: every task of `task_ids` at every level of `eval.levels`, on every environment seed of `eval.seeds`
+(held out: check_config refuses seeds that SFT or GSPO trained on), gets `eval.samples` = n rollouts of the
+policy at `eval.temperature` under harness `mode`, through the same driver as GSPO (progagent.rollouts). A
+unit is one (task, level, seed) instance with c successes out of n; per level:
+  pass@1        mean over units of c / n, with a 95% bootstrap interval over units (common.stats, BCa);
+  pass@k        mean over units of the unbiased 1 - C(n - c, k) / C(n, k) (common.metrics.pass_at_k), for k in
+                `eval.k` (k <= n);
+  context_tokens, observation_tokens, tool_calls, errors   means over episodes (progagent.rollouts.episode_stats;
+                tokens of the policy's tokenizer);
+  programs, loop / branch / try shares   over every programmatic_tool_call program of the level's episodes:
+                the share whose syntax tree holds a loop (for, while, a comprehension), a branch (if, a
+                conditional expression) or a try statement (program_features); programs that do not parse
+                count in the total and in none of the shares.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+from typing import Any, Mapping, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from common import metrics as metrics_lib
+from common import stats
+from common import trajectory as traj_lib
+from progagent import harness
+from progagent import rollouts
+
+FEATURES = ("loop", "branch", "try")
+_LOOP = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_BRANCH = (ast.If, ast.IfExp)
+_TRY = (ast.Try,) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+
+
+def program_features(code: str) -> dict[str, bool] | None:
+  """{'loop', 'branch', 'try': bool} of a program's syntax tree; None when it does not parse."""
+  try:
+    tree = ast.parse(code)
+  except (SyntaxError, ValueError):
+    return None
+  nodes = list(ast.walk(tree))
+  return {"loop": any(isinstance(n, _LOOP) for n in nodes), "branch": any(isinstance(n, _BRANCH) for n in nodes),
+          "try": any(isinstance(n, _TRY) for n in nodes)}
+
+
+def episode_programs(t: traj_lib.Trajectory) -> list[str]:
+  """The code of every programmatic_tool_call the rollout ran."""
+  out = []
+  for tn in t.turns:
+    for c in tn.calls or ([tn.call] if tn.call else []):
+      if c.get("name") == harness.PROGRAM_TOOL and isinstance((c.get("arguments") or {}).get("code"), str):
+        out.append(c["arguments"]["code"])
+  return out
+
+
+def instance_id(task_id: str, level: int) -> str:
+  """'domain/name@vK': the task at level K (progagent.task_env.split_instance_id)."""
+  return f"{task_id}@v{level}"
+
+
+def eval_config(config, mode: str) -> ml_collections.ConfigDict:
+  """A copy of config whose rollouts are the evaluation's: harness `mode`, G = eval.samples."""
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.mode = mode
+  c.gspo.rollouts_per_task = int(config.eval.samples)
+  return c
+
+
+def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: str, key: jax.Array,
+                      cache_dir: str | None = None) -> list[traj_lib.Trajectory]:
+  """eval.samples rollouts of every (task, level) instance on every seed of eval.seeds (module docstring)."""
+  ev = config.eval
+  ec = eval_config(config, mode)
+  instances = [instance_id(t, lvl) for lvl in ev.levels for t in task_ids]
+  rows = len(instances) * int(ev.samples)
+  out: list[traj_lib.Trajectory] = []
+  pad = policy.model.pad_token_id or 0
+  for i, seed in enumerate(ev.seeds):
+    sampler = rollouts.LMSampler(params, policy.model, key=jax.random.fold_in(key, i), rows=rows,
+                                 max_new_tokens=ec.env.max_response_tokens, temperature=float(ev.temperature),
+                                 top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
+                                 stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
+                                 pad_id=pad, buckets=tuple(config.lengths.buckets),
+                                 chunk_rows=config.gspo.generate_batch_size)
+    seed_cache = None if cache_dir is None else os.path.join(cache_dir, f"eval-{mode}-{seed}")
+    workers = rollouts.make_pool(ec, rows, cache_dir=seed_cache)
+    try:
+      trajs = rollouts.run_rollouts(workers, sampler, policy.chat, instances, config=ec, seed=int(seed))
+    finally:
+      workers.close()
+      if seed_cache is not None:
+        shutil.rmtree(seed_cache, ignore_errors=True)
+    out += trajs
+  return out
+
+
+def split_instance(task_id: str) -> tuple[str, int]:
+  base_id, _, lvl = task_id.rpartition("@v")
+  return base_id, int(lvl)
+
+
+def summarize(trajs: Sequence[traj_lib.Trajectory], *, ks: Sequence[int], confidence: float = 0.95,
+              resamples: int = 10_000) -> dict:
+  """{level: metrics} (module docstring) from evaluation rollouts whose task ids are 'task@vK'."""
+  by_unit: dict[tuple, list[float]] = {}
+  by_level: dict[int, list[traj_lib.Trajectory]] = {}
+  for t in trajs:
+    tid, lvl = split_instance(t.task_id)
+    by_unit.setdefault((lvl, tid, t.seed), []).append(float(t.reward >= 1.0))
+    by_level.setdefault(lvl, []).append(t)
+  out: dict[int, dict] = {}
+  for lvl in sorted(by_level):
+    units = [v for (l, _, _), v in sorted(by_unit.items()) if l == lvl]
+    rate = np.array([np.mean(v) for v in units])
+    ci = stats.paired_difference(rate, np.zeros_like(rate), confidence=confidence, resamples=resamples)
+    row: dict[str, Any] = {"units": len(units), "episodes": len(by_level[lvl]), "pass@1": float(rate.mean()),
+                           "pass@1_low": ci.low, "pass@1_high": ci.high}
+    for k in ks:
+      if all(len(v) >= k for v in units):
+        row[f"pass@{k}"] = float(np.mean([metrics_lib.pass_at_k(len(v), int(sum(v)), k) for v in units]))
+    st = [rollouts.episode_stats(t) for t in by_level[lvl]]
+    for f in ("turns", "context_tokens", "observation_tokens", "tool_calls", "errors"):
+      row[f] = float(np.mean([s[f] for s in st]))
+    feats = [program_features(p) for t in by_level[lvl] for p in episode_programs(t)]
+    row["programs"] = len(feats)
+    for f in FEATURES:
+      row[f"{f}_share"] = (sum(bool(x and x[f]) for x in feats) / len(feats)) if feats else float("nan")
+    row["terminations"] = {term: int(sum(t.termination == term for t in by_level[lvl]))
+                           for term in traj_lib.TERMINATIONS}
+    out[lvl] = row
+  return out
+
+
+def episode_rows(trajs: Sequence[traj_lib.Trajectory]) -> list[dict]:
+  """One JSON row per evaluation rollout: instance, seed, sample, reward, termination, stats, programs."""
+  rows = []
+  for t in trajs:
+    tid, lvl = split_instance(t.task_id)
+    rows.append({"task_id": tid, "level": lvl, "seed": t.seed, "sample": t.sample, "reward": t.reward,
+                 "termination": t.termination, "stats": rollouts.episode_stats(t),
+                 "programs": episode_programs(t),
+                 "responses": [tn.response_text[:2000] for tn in t.turns]})
+  return rows
+
+
+def _fmt(x: float, pct: bool = True) -> str:
+  if x is None or (isinstance(x, float) and np.isnan(x)):
+    return "n/a"
+  return f"{100 * x:.1f}" if pct else f"{x:.0f}"
+
+
+def format_level_table(results: Mapping[str, Mapping[int, dict]], levels: Sequence[int], ks: Sequence[int]) -> str:
+  """The table: one block per level, one row per harness (pass@1 [interval], pass@k, costs, program shares)."""
+  head = (f"{'harness':8} {'level':5} {'pass@1 [95% CI]':>22} " + " ".join(f"{f'pass@{k}':>7}" for k in ks if k != 1)
+          + f" {'ctx_tok':>8} {'obs_tok':>8} {'calls':>6} {'errors':>6} {'turns':>5} {'programs':>8}"
+          f" {'loop%':>6} {'branch%':>7} {'try%':>5}")
+  lines = [head, "-" * len(head)]
+  for lvl in levels:
+    for mode, res in results.items():
+      r = res.get(lvl)
+      if r is None:
+        continue
+      ci = f"{_fmt(r['pass@1'])} [{_fmt(r['pass@1_low'])}, {_fmt(r['pass@1_high'])}]"
+      lines.append(f"{mode:8} v{lvl:<4} {ci:>22} " + " ".join(f"{_fmt(r.get(f'pass@{k}')):>7}" for k in ks if k != 1)
+                   + f" {r['context_tokens']:8.0f} {r['observation_tokens']:8.0f} {r['tool_calls']:6.1f}"
+                   f" {r['errors']:6.2f} {r['turns']:5.1f} {r['programs']:8d} {_fmt(r['loop_share']):>6}"
+                   f" {_fmt(r['branch_share']):>7} {_fmt(r['try_share']):>5}")
+    lines.append("")
+  return "\n".join(lines).rstrip()
+
+
+def write_json(path: str, obj: Any) -> None:
+  """Writes JSON atomically (a temporary file renamed over `path`)."""
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1, default=float)
+  os.replace(tmp, path)

@@ -1,7 +1,7 @@
 """ProgAgent with the model in the loop: wall time per solved episode, PTC vs DTC, at v0..v3, in one run.
 
-  python -m benchmarks.progagent_model_bench            # 6 tasks, 2 held-out seeds, 4 samples
-  python -m benchmarks.progagent_model_bench --quick    # 3 tasks, 1 seed, 2 samples, shorter SFT
+  python -m benchmarks.progagent_model_bench            # the paradigm table's 4 tasks, 3 held-out seeds, 2 samples
+  python -m benchmarks.progagent_model_bench --quick    # 3 tasks, 1 held-out seed, 20 SFT updates
 
 A DTC turn costs a model call; a PTC program replaces many of them. So the comparison the paper makes is
 the time to solve an episode with a model generating every action, not the runtime's cost per tool call
@@ -39,13 +39,12 @@ def bench_config(quick: bool):
   c = progagent_config.get_config("paradigms")
   c.paradigms.modes = ()
   c.sft.oracle_modes = MODES
-  c.eval.samples = 2 if quick else 4
   c.eval.k = (1,)
-  c.eval.seeds = (1000,) if quick else (1000, 1001)
   if quick:
     c.tasks = tuple(c.tasks[:3])
-    c.sft.steps = 60
+    c.sft.steps = 20
     c.sft.oracle_seeds = (0, 1)
+    c.eval.seeds = (1000,)
   return c
 
 

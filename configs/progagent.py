@@ -17,7 +17,7 @@ The paradigm table, `:paradigms`:
   python -m experiments.train --config=configs/progagent.py:paradigms --workdir=runs/progagent_paradigms
 
 trains the same policy with the same budget under each harness (DTC, PTC, Hybrid; `paradigms.modes`) and
-evaluates each under its own harness on held-out seeds at v0..v3: pass@1 with 95% intervals and pass@4,
+evaluates each under its own harness on held-out seeds at v0..v3: pass@1 with 95% intervals and pass@2,
 context tokens, tool calls, errors, program structure (results_paradigms.txt / .json in the workdir). On CPU
 (the default here) the policy is a small Qwen2-shaped model trained from scratch (`model.checkpoint`
 'tiny:qwen2', width `model.tiny_hidden_size`), SFT only (`gspo.steps` 0) on the oracle's episodes of each
@@ -32,7 +32,7 @@ import ml_collections
 
 from progagent import train
 
-# Four tasks of four domains whose DTC oracle fits the 3,072-token context at v0 (one with transient
+# Four tasks of four domains whose DTC oracle fits the 2,560-token context at v0 (one with transient
 # errors and values in two units to discover: devops/slowest_service); each harness trains and is evaluated
 # on the same ones.
 PARADIGM_TASKS = ("retail/pending_over_500", "library/morland_copies", "school/failing_cs101",
@@ -51,24 +51,25 @@ def paradigms() -> ml_collections.ConfigDict:
   c.model.tiny_num_layers = 2
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
-  c.env.max_turns = 8
-  c.env.max_context_tokens = 3072
-  c.env.max_response_tokens = 384
+  c.env.max_turns = 6
+  c.env.max_context_tokens = 2560
+  c.env.max_response_tokens = 320
   c.env.max_observation_chars = 2000
-  c.lengths.buckets = (1024, 1536, 2048, 2560, 3072)
+  c.lengths.buckets = (1024, 1536, 2048, 2560)
   c.sft.oracle_scales = (0, 1, 2, 3)
   c.sft.oracle_seeds = (0, 1, 2)
-  c.sft.steps = 60
+  c.sft.steps = 100
   c.sft.batch_size = 4
-  c.sft.learning_rate = 3e-3
-  c.sft.max_tokens = 3072
+  c.sft.learning_rate = 1e-2
+  c.sft.max_tokens = 2560
   c.gspo.steps = 0
-  c.eval.seeds = (1000, 1001)
+  c.gspo.generate_batch_size = 16   # rows per generate call: bounds the prefill's memory
+  c.eval.seeds = (1000, 1001, 1002)
   c.eval.levels = (0, 1, 2, 3)
-  c.eval.samples = 4
-  c.eval.k = (1, 4)
+  c.eval.samples = 2
+  c.eval.k = (1, 2)
   c.eval.temperature = 0.7
-  c.checkpoint.every = 20
+  c.checkpoint.every = 50
   c.logging.tensorboard = False
   return c
 

@@ -205,12 +205,13 @@ def tiny_tool_template(spec: str) -> str:
 
 def tiny_sizes(config) -> dict | None:
   """The shapes of a 'tiny:<family>' checkpoint from `model.tiny_hidden_size` / `model.tiny_num_layers` (0 =
-  common.lm.testing.make_tiny_checkpoint's defaults); None when both are 0. Heads: hidden_size // 16."""
+  common.lm.testing.make_tiny_checkpoint's defaults); None when both are 0. Heads: hidden_size // 32 query heads
+  (head width 32) and one key/value head, so that long contexts stay cheap on a CPU."""
   mc = config.model
   sizes = {}
   if mc.tiny_hidden_size:
-    sizes.update(hidden_size=int(mc.tiny_hidden_size), num_heads=max(1, int(mc.tiny_hidden_size) // 16),
-                 num_kv_heads=max(1, int(mc.tiny_hidden_size) // 32), intermediate_size=4 * int(mc.tiny_hidden_size))
+    sizes.update(hidden_size=int(mc.tiny_hidden_size), num_heads=max(1, int(mc.tiny_hidden_size) // 32),
+                 num_kv_heads=1, intermediate_size=4 * int(mc.tiny_hidden_size))
   if mc.tiny_num_layers:
     sizes["num_layers"] = int(mc.tiny_num_layers)
   return sizes or None
@@ -535,7 +536,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     t3 = time.monotonic()
   finally:
     shutil.rmtree(cache, ignore_errors=True)
-  rows = metric_writer.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))
+  gspo_metrics = os.path.join(workdir, "gspo", "metrics.jsonl")
+  rows = metric_writer.read_jsonl(gspo_metrics) if os.path.exists(gspo_metrics) else []   # none with gspo.steps 0
   summary = {"checkpoint": policy.checkpoint, "mode": config.mode, "tasks": len(task_ids),
              "sft_examples": len(examples), "sft_s": round(t1 - t0, 2), "gspo_s": round(t2 - t1, 2),
              "eval_s": round(t3 - t2, 2), "last": rows[-1] if rows else None}

@@ -10,6 +10,7 @@ import tempfile
 from absl.testing import absltest
 import numpy as np
 
+from benchmarks import progagent_model_bench
 from common import trajectory as traj_lib
 from configs import progagent as progagent_config
 from progagent import audit
@@ -112,6 +113,10 @@ class ConfigTest(absltest.TestCase):
       tasks_lib.get_task(t)
     with self.assertRaisesRegex(ValueError, "paradigms"):
       progagent_config.get_config("paradigm")
+    for quick in (True, False):   # the model-in-the-loop benchmark's configs
+      bc = progagent_model_bench.bench_config(quick)
+      train.check_config(bc)
+      self.assertEqual(tuple(bc.sft.oracle_modes), ("dtc", "ptc"))
 
   def test_draw_levels_follow_weights(self):
     c = train.default_config()

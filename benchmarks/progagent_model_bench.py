@@ -11,8 +11,9 @@ seeds 0..2, v0..v3), then, for each level and harness, eval rollouts of the held
 same driver as training (progagent.evaluation.run_eval_rollouts: batched generation, PTC programs in-process)
 and are timed end to end (generation, tool calls, programs). Printed per level and harness: episodes, solved
 (R = 1), wall seconds, generation seconds (wall minus the environment's step time), seconds per solved
-episode; then the ratio DTC / PTC of the time per solved episode (above 1: PTC solves episodes faster). A
-harness that solves nothing at a level has no time per solved episode (n/a), and the ratio is n/a.
+episode; then the ratios DTC / PTC of the time per solved episode (above 1: PTC solves episodes faster) and of
+the time per episode. A harness that solves nothing at a level has no time per solved episode (n/a); when DTC
+solves none and PTC some, the ratio's lower bound is printed (DTC's wall time as if it had solved one episode).
 Timings on shared 2-core machines are noisy: compare within one run.
 """
 
@@ -81,8 +82,7 @@ def run(quick: bool = False) -> dict:
                      "s_per_solved": wall / solved if solved else None,
                      "turns": sum(t.num_turns for t in trajs) / len(trajs)}
       out["levels"][lvl] = row
-      d, p = row["dtc"]["s_per_solved"], row["ptc"]["s_per_solved"]
-      out["ratios"][lvl] = d / p if d and p else None
+      out["ratios"][lvl] = level_ratios(row)
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
     shutil.rmtree(cache, ignore_errors=True)
@@ -95,10 +95,23 @@ def run(quick: bool = False) -> dict:
       sps = f"{r['s_per_solved']:.2f}" if r["s_per_solved"] else "n/a"
       print(f"v{lvl:<4} {mode:7} {r['episodes']:8d} {r['solved']:6d} {r['turns']:5.1f} {r['wall_s']:7.1f} "
             f"{r['env_s']:6.1f} {sps:>8}")
-  print("\nratio DTC / PTC of wall time per solved episode (above 1: PTC faster):")
+  print("\nratios DTC / PTC (above 1: PTC faster):")
   for lvl, r in out["ratios"].items():
-    print(f"  v{lvl}: " + (f"x{r:.2f}" if r else "n/a (a harness solved nothing)"))
+    per_solved = (f"x{r['per_solved']:.2f}" if r["per_solved"] is not None else
+                  f"> x{r['per_solved_bound']:.1f} (DTC solved none; bound as if it had solved one)"
+                  if r["per_solved_bound"] is not None else "n/a (PTC solved none)")
+    print(f"  v{lvl}: wall time per solved episode {per_solved}; wall time per episode x{r['per_episode']:.2f}")
   return out
+
+
+def level_ratios(row: dict) -> dict:
+  """DTC / PTC ratios of one level: per solved episode (None unless both solved some), its lower bound when
+  DTC solved none and PTC some (DTC's wall time as if one episode had been solved), and per episode."""
+  d, p = row["dtc"], row["ptc"]
+  per_solved = d["s_per_solved"] / p["s_per_solved"] if d["s_per_solved"] and p["s_per_solved"] else None
+  bound = d["wall_s"] / p["s_per_solved"] if not d["solved"] and p["s_per_solved"] else None
+  return {"per_solved": per_solved, "per_solved_bound": bound,
+          "per_episode": (d["wall_s"] / d["episodes"]) / (p["wall_s"] / p["episodes"])}
 
 
 def main() -> None:

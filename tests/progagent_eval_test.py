@@ -117,6 +117,12 @@ class ConfigTest(absltest.TestCase):
       bc = progagent_model_bench.bench_config(quick)
       train.check_config(bc)
       self.assertEqual(tuple(bc.sft.oracle_modes), ("dtc", "ptc"))
+    row = {"dtc": {"episodes": 4, "solved": 0, "wall_s": 40.0, "s_per_solved": None},
+           "ptc": {"episodes": 4, "solved": 2, "wall_s": 10.0, "s_per_solved": 5.0}}
+    r = progagent_model_bench.level_ratios(row)
+    self.assertEqual((r["per_solved"], r["per_solved_bound"], r["per_episode"]), (None, 8.0, 4.0))
+    row["dtc"].update(solved=4, s_per_solved=10.0)
+    self.assertEqual(progagent_model_bench.level_ratios(row)["per_solved"], 2.0)
 
   def test_draw_levels_follow_weights(self):
     c = train.default_config()

@@ -99,6 +99,9 @@ def main(argv):
   elif config.method == "phgpo_compare":
     from phgpo import train as phgpo_train  # pylint: disable=g-import-not-at-top
     phgpo_train.check_config(config)
+  elif config.method == "progagent":
+    from progagent import train as progagent_train  # pylint: disable=g-import-not-at-top
+    progagent_train.check_config(config)
   os.makedirs(workdir, exist_ok=True)
   _check_same_config(workdir, config)
   if config.method == "phgpo_compare":

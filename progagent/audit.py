@@ -218,10 +218,15 @@ def main(argv: list[str] | None = None) -> int:
                  help="the DTC oracle's context limit at v0 (regex token proxy); 0 = no limit")
   p.add_argument("--json", default=None, help="also write every task's results to this JSON file")
   a = p.parse_args(argv)
-  levels = [int(x) for x in a.levels.split(",")]
-  for lvl in levels:
-    base.level_factor(lvl)
-  seeds = [int(x) for x in a.seeds.split(",")]
+  try:
+    levels = [int(x) for x in a.levels.split(",")]
+    for lvl in levels:
+      base.level_factor(lvl)
+    seeds = [int(x) for x in a.seeds.split(",")]
+  except ValueError as e:
+    p.error(f"--levels / --seeds: {e}")
+  if len(set(seeds)) != len(seeds) or len(set(levels)) != len(levels):
+    p.error(f"--levels {a.levels} / --seeds {a.seeds}: give each level and seed once")
   ids = _select(a.tasks)
   failures: list[str] = []
   t0 = time.time()
@@ -247,11 +252,18 @@ def main(argv: list[str] | None = None) -> int:
           f"{m(s['files'] for s in sizes) if sizes else 0:8.1f}    {m(s['rows'] for s in sizes) if sizes else 0:10.1f}"
           f"    {m(toks) if toks else 0:8.0f} / {max(toks) if toks else 0:6.0f}")
   answer_tasks = [t for t in ids if results[t]["vary"] is not None]
-  print(f"\nvary:  {sum(results[t]['vary'] for t in answer_tasks)}/{len(answer_tasks)} answer tasks have "
-        f"seed-dependent answers at every level")
+  if len(seeds) < 2:
+    print("\nvary:  not checked (needs two or more seeds)")
+  else:
+    print(f"\nvary:  {sum(results[t]['vary'] for t in answer_tasks)}/{len(answer_tasks)} answer tasks have "
+          f"seed-dependent answers at every level")
   crossed = [t for t in ids if results[t]["cross"] is not None]
-  print(f"cross: {sum(results[t]['cross'] for t in crossed)}/{len(crossed)} tasks: the v{levels[0]}/seed-{seeds[0]} "
-        f"answer (or replayed calls) fails on all {len(levels) * len(seeds) - 1} other instances")
+  others = len(levels) * len(seeds) - 1
+  if others:
+    print(f"cross: {sum(results[t]['cross'] for t in crossed)}/{len(crossed)} tasks: the v{levels[0]}/seed-{seeds[0]} "
+          f"answer (or replayed calls) fails on all {others} other instances")
+  else:
+    print("cross: not checked (one level and one seed: no other instance)")
   if a.json:
     with open(a.json, "w") as f:
       json.dump({"levels": levels, "seeds": seeds, "tasks": {

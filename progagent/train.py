@@ -159,6 +159,13 @@ def check_config(config) -> None:
       raise ValueError(f"config `paradigms.modes` holds {m!r}; harnesses are {harness.MODES}")
   ev = config.eval
   if ev.enabled:
+    if any(isinstance(x, bool) or not isinstance(x, int) for x in ev.seeds):
+      raise ValueError(f"config `eval.seeds`={tuple(ev.seeds)} must be integers, e.g. --config.eval.seeds=1000,1001")
+    if ev.tasks:
+      try:
+        select_tasks(tuple(ev.tasks))
+      except KeyError as e:
+        raise ValueError(f"config `eval.tasks`: {e.args[0]}") from None
     if ev.samples < 1 or any(k < 1 or k > ev.samples for k in ev.k):
       raise ValueError(f"config `eval.k`={tuple(ev.k)} must lie in 1..eval.samples={ev.samples}")
     seen = set(training_seeds(config)) & set(ev.seeds)
@@ -168,9 +175,14 @@ def check_config(config) -> None:
 
 
 def training_seeds(config) -> list[int]:
-  """Every environment seed training sees: the oracle fallback's sft.oracle_seeds (when SFT uses it) and GSPO's
-  env.seed + step (env.vary_seed) or env.seed."""
+  """Every environment seed training sees: the oracle fallback's sft.oracle_seeds (when SFT uses it), the
+  'seed' of every record of sft.teacher_jsonl (files that exist), and GSPO's env.seed + step (env.vary_seed) or
+  env.seed."""
   seeds = set(config.sft.oracle_seeds) if config.sft.enabled and not config.sft.teacher_jsonl else set()
+  if config.sft.enabled and config.sft.teacher_jsonl:
+    for p in config.sft.teacher_jsonl.split(","):
+      if p and os.path.exists(p):
+        seeds |= {int(r.get("seed", 0)) for r in teacher.read_records(p)}
   e = config.env
   seeds |= set(range(e.seed, e.seed + max(config.gspo.steps, 1))) if e.vary_seed else {e.seed}
   return sorted(seeds)

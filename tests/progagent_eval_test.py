@@ -97,7 +97,9 @@ class ConfigTest(absltest.TestCase):
   def test_bad_levels_weights_modes(self):
     for key, value, msg in (("env.scales", (0, 4), "env.scales"), ("env.scale_weights", (1.0,), "scale_weights"),
                             ("eval.levels", (), "eval.levels"), ("paradigms.modes", ("ptc", "react"), "paradigms"),
-                            ("eval.k", (1, 99), "eval.k"), ("sft.steps", -1, "sft.steps")):
+                            ("eval.k", (1, 99), "eval.k"), ("sft.steps", -1, "sft.steps"),
+                            ("eval.seeds", ("a", "b"), "must be integers"),
+                            ("eval.tasks", ("retail/nope",), "eval.tasks.*unknown task id")):
       c = train.default_config()
       node, leaf = key.split(".")
       c[node][leaf] = value
@@ -123,6 +125,17 @@ class ConfigTest(absltest.TestCase):
     self.assertEqual((r["per_solved"], r["per_solved_bound"], r["per_episode"]), (None, 8.0, 4.0))
     row["dtc"].update(solved=4, s_per_solved=10.0)
     self.assertEqual(progagent_model_bench.level_ratios(row)["per_solved"], 2.0)
+
+  def test_teacher_seeds_are_training_seeds(self):
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "teacher.jsonl")
+    with open(path, "w") as f:
+      f.write(json.dumps({"task_id": "retail/pending_over_500", "mode": "ptc", "sample": 0, "seed": 1000,
+                          "scale": 0, "reward": 1.0, "messages": []}) + "\n")
+    c = train.default_config()
+    c.sft.teacher_jsonl = path
+    with self.assertRaisesRegex(ValueError, r"\[1000\] are training seeds"):
+      train.check_config(c)
 
   def test_draw_levels_follow_weights(self):
     c = train.default_config()

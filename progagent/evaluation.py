@@ -39,6 +39,7 @@ from common import stats
 from common import trajectory as traj_lib
 from progagent import harness
 from progagent import rollouts
+from progagent.task_env import split_instance_id
 
 FEATURES = ("loop", "branch", "try")
 _LOOP = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -108,18 +109,13 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
   return out
 
 
-def split_instance(task_id: str) -> tuple[str, int]:
-  base_id, _, lvl = task_id.rpartition("@v")
-  return base_id, int(lvl)
-
-
 def summarize(trajs: Sequence[traj_lib.Trajectory], *, ks: Sequence[int], confidence: float = 0.95,
               resamples: int = 10_000) -> dict:
   """{level: metrics} (module docstring) from evaluation rollouts whose task ids are 'task@vK'."""
   by_unit: dict[tuple, list[float]] = {}
   by_level: dict[int, list[traj_lib.Trajectory]] = {}
   for t in trajs:
-    tid, lvl = split_instance(t.task_id)
+    tid, lvl = split_instance_id(t.task_id)
     by_unit.setdefault((lvl, tid, t.seed), []).append(float(t.reward >= 1.0))
     by_level.setdefault(lvl, []).append(t)
   out: dict[int, dict] = {}
@@ -149,7 +145,7 @@ def episode_rows(trajs: Sequence[traj_lib.Trajectory]) -> list[dict]:
   """One JSON row per evaluation rollout: instance, seed, sample, reward, termination, stats, programs."""
   rows = []
   for t in trajs:
-    tid, lvl = split_instance(t.task_id)
+    tid, lvl = split_instance_id(t.task_id)
     rows.append({"task_id": tid, "level": lvl, "seed": t.seed, "sample": t.sample, "reward": t.reward,
                  "termination": t.termination, "stats": rollouts.episode_stats(t),
                  "programs": episode_programs(t),

@@ -1,14 +1,23 @@
-"""Language-model throughput: ours (JAX/Flax, `common/lm`) vs transformers' PyTorch, same weights, same run.
+"""Language-model throughput and memory: ours (JAX/Flax, `common/lm`) vs transformers' PyTorch, same weights, same run.
 
-Measures, for a Qwen2-shaped random model of about 100M parameters (hidden 768, 12 layers, 12 query / 2
+Speed, for a Qwen2-shaped random model of about 100M parameters (hidden 768, 12 layers, 12 query / 2
 key-value heads, SwiGLU 2048, vocabulary 32000, tied embeddings) at batch 8:
   generation tokens/s: greedy, 64-token prompts, 64 new tokens, no early stop (KV cache on both sides);
   training tokens/s:   forward + backward of the mean next-token loss over 8 x 128 tokens, all weights.
 and prints ours / reference ratios (> 1 = ours faster). Compile time is reported separately and excluded
-from the rates (it is paid once per shape bucket). Both sides use float32 and every CPU core.
+from the rates (it is paid once per shape bucket). Both sides use float32 and every CPU core. When training
+is below parity, a profile line says how the time splits (forward alone, decoder forward + backward).
+
+Memory: XLA's compiled temporary memory of a training step and a prefill at 4k, 16k and 32k tokens (batch 1,
+the Qwen3-shaped width-512 model of benchmarks/lm_long_context.py), before (dense float32 scores, one [T, V]
+logit tensor) and after (blocked attention and vocabulary projection). Compiled, not run.
+
+Multi-turn: one batch of episodes over several turns through common.lm.sampler.LMSampler, with and without
+KV reuse (same tokens; the time and the number of prefilled tokens).
 
 Run:  python -m benchmarks.lm_bench            (the ~100M model; a few minutes on 2 cores)
-      python -m benchmarks.lm_bench --quick    (a tiny shape, seconds)
+      python -m benchmarks.lm_bench --quick    (tiny shapes, seconds)
+      python -m benchmarks.lm_bench --skip speed multiturn     (the memory table only)
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import numpy as np
 
 from common.lm import loading
 from common.lm import model as model_lib
+from common.lm import sampler as sampler_lib
 from common.lm import sampling
 from common.lm import testing
 from common.lm.config import ModelConfig, to_hf_config
@@ -124,15 +134,107 @@ def run(quick: bool = False) -> dict:
   out["train_tokens_per_s_ours"] = round(b * t_len / t_ours, 1)
   out["train_tokens_per_s_ref"] = round(b * t_len / t_ref, 1)
   out["train_ratio"] = round(t_ref / t_ours, 3)
+  if out["train_ratio"] < 1.0:
+    out["train_profile"] = train_profile(params, jt, cfg, hf, tt, reps)
   return out
+
+
+def train_profile(params, toks, cfg: ModelConfig, hf, tt, reps: int) -> dict:
+  """Where the training time goes, both sides: forward alone, and forward + backward (seconds, best of reps)."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  fwd = jax.jit(lambda p, t: -jnp.mean(model_lib.token_logprobs(p, t, None, config=cfg)[:, 1:]))
+  body = jax.jit(jax.grad(lambda p, t: jnp.sum(model_lib.hidden_states(p, t, None, config=cfg).astype(jnp.float32))))
+  jax.block_until_ready((fwd(params, toks), body(params, toks)))
+
+  def ref_fwd():
+    with torch.no_grad():
+      hf(input_ids=tt)
+  t_fwd, t_ref_fwd = _race(lambda: jax.block_until_ready(fwd(params, toks)), ref_fwd, reps)
+  t_body, _ = _race(lambda: jax.block_until_ready(body(params, toks)), lambda: None, reps)
+  return {"forward_s_ours": round(t_fwd, 3), "forward_s_ref": round(t_ref_fwd, 3),
+          "decoder_body_fwd_bwd_s_ours": round(t_body, 3)}
+
+
+def multiturn(quick: bool = False) -> dict:
+  """One batch of multi-turn episodes through LMSampler with and without KV reuse (greedy, same tokens).
+
+  Model: the generation model's shape minus most layers (hidden 768, 4 layers) or the tiny one with --quick;
+  4 episodes x 8 turns, a 512-token first prompt, 32 new tokens and a 64-token observation per turn.
+  Both runs are warmed up first (compiles excluded).
+  """
+  s = QUICK if quick else FULL
+  cfg = ModelConfig(family="qwen2", vocab_size=s["vocab_size"], hidden_size=s["hidden_size"],
+                    intermediate_size=s["intermediate_size"], num_layers=2 if quick else 4,
+                    num_heads=s["num_heads"], num_kv_heads=s["num_kv_heads"], head_dim=s["head_dim"],
+                    qkv_bias=True, tie_embeddings=True, max_position_embeddings=4096)
+  params = jax.tree_util.tree_map(jnp.asarray, testing.random_params(cfg, seed=0, std=0.02))
+  shape = dict(rows=4, turns=4 if quick else 8, prompt_len=64 if quick else 512, obs_len=16 if quick else 64,
+               max_new_tokens=8 if quick else 32)
+  with_reuse = sampler_lib.time_multi_turn(params, cfg, kv_reuse=True, **shape)
+  without = sampler_lib.time_multi_turn(params, cfg, kv_reuse=False, **shape)
+  return {**shape, "layers": cfg.num_layers, "reuse_s": round(with_reuse["seconds"], 3),
+          "no_reuse_s": round(without["seconds"], 3), "prefill_tokens_reuse": with_reuse["prefill_tokens"],
+          "prefill_tokens_no_reuse": without["prefill_tokens"],
+          "ratio": round(without["seconds"] / max(with_reuse["seconds"], 1e-9), 2)}
+
+
+def memory(lengths=(4096, 16384, 32768), quick: bool = False) -> list[dict]:
+  """Compiled temporary memory (GiB, XLA's memory analysis; compiled, not run) of one training step
+  (value_and_grad of the mean next-token loss, all weights) and of a prefill (decode_step with a cache), at
+  each length, batch 1: before (`model.attention_impl` = 'dense', one [T, V] logit tensor) and after (the
+  blocked defaults). Model: the Qwen3-shaped width-512 model of benchmarks/lm_long_context.py."""
+  from benchmarks import lm_long_context  # pylint: disable=g-import-not-at-top
+  cfg = lm_long_context.QWEN3_512
+  if quick:
+    cfg = cfg.replace(vocab_size=4096, num_layers=1)
+  params = model_lib.abstract_params(cfg)
+  gib = 2.0 ** 30
+  rows = []
+  for n in lengths:
+    tokens = jax.ShapeDtypeStruct((1, n), jnp.int32)
+    row = {"length": n}
+    for name, c in (("before", cfg.replace(attention_impl="dense", logits_chunk=0)), ("after", cfg)):
+      def loss(p, t, c=c):
+        return -jnp.mean(model_lib.token_logprobs(p, t, None, config=c)[:, 1:])
+      train = jax.jit(jax.grad(loss)).lower(params, tokens).compile().memory_analysis()
+      cache = jax.eval_shape(lambda c=c, n=n: model_lib.init_cache(c, 1, n))
+
+      def prefill(p, t, cache, c=c):
+        return model_lib.decode_step(p, t, jnp.zeros_like(t), jnp.ones(t.shape, bool), cache, jnp.int32(0),
+                                     config=c, last_only=True)
+      pre = jax.jit(prefill).lower(params, tokens, cache).compile().memory_analysis()
+      row[f"train_gib_{name}"] = round(train.temp_size_in_bytes / gib, 3)
+      row[f"prefill_gib_{name}"] = round(pre.temp_size_in_bytes / gib, 3)
+    rows.append(row)
+  return rows
 
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--quick", action="store_true", help="tiny shape (seconds)")
+  ap.add_argument("--skip", nargs="*", default=(), choices=("speed", "memory", "multiturn"),
+                  help="sections to leave out")
   args = ap.parse_args()
-  res = run(quick=args.quick)
+  res = run(quick=args.quick) if "speed" not in args.skip else {}
+  if "memory" not in args.skip:
+    res["memory"] = memory((1024, 2048) if args.quick else (4096, 16384, 32768), quick=args.quick)
+  if "multiturn" not in args.skip:
+    res["multiturn"] = multiturn(quick=args.quick)
   print(json.dumps(res, indent=2))
+  if "memory" in res:
+    print("memory (compiled temporaries, GiB, batch 1; before = dense attention + one [T, V] logit tensor):")
+    print("  length   train before   train after   prefill before   prefill after")
+    for r in res["memory"]:
+      print(f"  {r['length']:6d}   {r['train_gib_before']:12.2f}   {r['train_gib_after']:11.2f}   "
+            f"{r['prefill_gib_before']:14.2f}   {r['prefill_gib_after']:13.2f}")
+  if "multiturn" in res:
+    m = res["multiturn"]
+    print(f"multi-turn episode ({m['rows']} episodes x {m['turns']} turns): with KV reuse {m['reuse_s']} s "
+          f"({m['prefill_tokens_reuse']} tokens prefilled), without {m['no_reuse_s']} s "
+          f"({m['prefill_tokens_no_reuse']} prefilled) -> ratio {m['ratio']}x")
+  if "gen_ratio" not in res:
+    return
   print(f"generation: ours {res['gen_tokens_per_s_ours']} tok/s vs transformers {res['gen_tokens_per_s_ref']} "
         f"tok/s -> ratio {res['gen_ratio']}x")
   print(f"training (fwd+bwd): ours {res['train_tokens_per_s_ours']} tok/s vs transformers "

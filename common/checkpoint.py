@@ -6,6 +6,16 @@ initialised state; a saved tree whose keys, shapes or dtypes differ from the tar
 listing every mismatch, instead of restoring part of it (the Orbax default would silently pad or fail deep
 inside TensorStore).
 
+Restoring places every leaf in the sharding of the target: the target leaf's own sharding when it is a
+jax.Array (or a jax.ShapeDtypeStruct with a sharding), or the one given in `shardings`. So a state saved on
+one mesh restores onto another (saved on (data, fsdp, tensor) = (8, 1, 1), restored onto (2, 2, 2) or onto
+one device): Orbax reads each target shard's slice of the saved arrays. A leaf with no sharding known (a
+NumPy array in the target) comes back as the saved array did: on its saved sharding, or as NumPy.
+
+Multi-process runs (common/distributed.py): every process calls save and restore with the same
+arguments, on one folder that all processes see (a shared file system); Orbax writes each process's
+shards and lets process 0 finalise the step.
+
 Typed PRNG keys are not arrays Orbax can write: store `jax.random.key_data(key)` (u32[2]) in the state and
 wrap it back with `jax.random.wrap_key_data` after restoring.
 """
@@ -70,6 +80,40 @@ def structure_mismatches(saved: Any, target: Any) -> list[str]:
   return lines
 
 
+def restore_targets(target: Any, shardings: Any = None) -> Any:
+  """The abstract tree Orbax restores into: jax.ShapeDtypeStruct(shape, dtype, sharding=...) per leaf.
+
+  The sharding of a leaf is its entry in `shardings` (one Sharding for all leaves, or a pytree of the
+  target's structure with Sharding or None leaves), else the target leaf's own (jax.Array, or
+  jax.ShapeDtypeStruct with a sharding); a leaf with neither is described by shape and dtype alone.
+
+  Raises:
+    ValueError: `shardings` is a pytree whose structure differs from `target`'s.
+  """
+  leaves, treedef = jax.tree_util.tree_flatten(target)
+  if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+    chosen = [shardings] * len(leaves)
+  else:
+    try:
+      chosen = treedef.flatten_up_to(shardings)
+    except (ValueError, TypeError) as e:
+      raise ValueError(f"shardings must have the structure of the restore target ({treedef}) with a "
+                       f"Sharding or None per leaf, or be one Sharding: {e}") from None
+
+  def abstract(leaf, sharding):
+    if sharding is None:
+      sharding = getattr(leaf, "sharding", None)
+    if isinstance(sharding, jax.sharding.Sharding):
+      shape = leaf.shape if hasattr(leaf, "shape") else np.shape(leaf)
+      dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+      return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=sharding)
+    if sharding is not None:
+      raise ValueError(f"shardings: expected a jax.sharding.Sharding or None per leaf, got {sharding!r}")
+    return ocp.utils.to_shape_dtype_struct(leaf)
+
+  return jax.tree_util.tree_unflatten(treedef, [abstract(x, s) for x, s in zip(leaves, chosen)])
+
+
 class Checkpointer:
   """One Orbax `CheckpointManager` per workdir; saves and restores the whole train state.
 
@@ -102,12 +146,21 @@ class Checkpointer:
       return True
     return False
 
-  def restore(self, step: int, target: Any) -> Any:
-    """Restores step `step` into the structure of `target`.
+  def restore(self, step: int, target: Any, *, shardings: Any = None) -> Any:
+    """Restores step `step` into the structure of `target`, each leaf in its target sharding.
 
+    Args:
+      step: the saved step.
+      target: pytree of arrays or jax.ShapeDtypeStructs with the saved keys, shapes and dtypes.
+      shardings: None, one jax.sharding.Sharding for every leaf, or a pytree of the target's structure
+        whose leaves are Shardings or None. A leaf's sharding here overrides its target leaf's own; None
+        takes the target leaf's (module docstring).
+    Returns:
+      The restored pytree, with jax.Array leaves placed as asked.
     Raises:
       CheckpointMismatchError: the checkpoint's keys, shapes or dtypes differ from `target`'s; the
         message lists every mismatch and the checkpoint folder, so nothing is partly restored.
+      ValueError: `shardings` has a different tree structure from `target`.
     """
     saved = self._manager.item_metadata(step)
     if saved is None:
@@ -122,15 +175,18 @@ class Checkpointer:
           + "\nUse a fresh --workdir for a changed model or config, or restore with the config "
           "that wrote this checkpoint."
       )
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
-    return self._manager.restore(step, args=ocp.args.StandardRestore(abstract))
+    return self._manager.restore(step, args=ocp.args.StandardRestore(restore_targets(target, shardings)))
 
-  def restore_or_init(self, init_state: Any) -> tuple[Any, int | None]:
-    """Returns (latest saved state, its step), or (`init_state`, None) when the folder holds none."""
+  def restore_or_init(self, init_state: Any, *, shardings: Any = None) -> tuple[Any, int | None]:
+    """Returns (latest saved state, its step), or (`init_state`, None) when the folder holds none.
+
+    The restored leaves take the shardings of `init_state`'s leaves, or of `shardings` (see `restore`);
+    `init_state` itself is returned as it is.
+    """
     step = self.latest_step()
     if step is None:
       return init_state, None
-    return self.restore(step, init_state), step
+    return self.restore(step, init_state, shardings=shardings), step
 
   def close(self) -> None:
     self._manager.wait_until_finished()

@@ -37,8 +37,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
   c.graph = dict(edges="observed", max_templates=8)
+  # LM policy (kind 'lm') scale knobs: dtype / param_dtype (compute / storage), master_weights (float32 master
+  # weights + optimizer state for bfloat16 storage), remat ('none' | 'full' | 'dots' | 'dots_no_batch'),
+  # micro_batches (the update's forward pass in that many micro-batches); lora_rank 0 = full fine-tuning.
   c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256, lora_rank=64,
-                  lora_alpha=128.0)
+                  lora_alpha=128.0, dtype="float32", param_dtype="float32", master_weights=False, remat="none",
+                  micro_batches=1)
+  # (data, fsdp, tensor) device mesh of the LM policy's updates; -1 = the remaining devices, (1, 1, 1) = one
+  # device; a rules entry may be added, absent = common.lm.sharding.DEFAULT_RULES (phgpo/lm_policy.py)
+  c.mesh = dict(shape=(1, 1, 1))
   c.env = dict(max_steps=20, horizon="gold", sandboxed=True, num_workers=2, step_timeout_s=60.0)
 
   c.optim = dict(grad_clip=1.0)

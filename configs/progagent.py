@@ -26,6 +26,16 @@ minutes on 2 cores. On a GPU, give it a real checkpoint and teacher data and tur
 
   --config.model.checkpoint=/path/to/Qwen3-8B --config.sft.teacher_jsonl=teacher_all_modes.jsonl \
   --config.gspo.steps=150 --config.model.dtype=bfloat16 --config.env.max_context_tokens=32768
+
+Scale (progagent.train.default_config): `mesh.shape` is the (data, fsdp, tensor) mesh of the updates ((1, 1, 1) =
+one device, the default; e.g. --config.mesh.shape=-1,1,1 for data parallelism over every device, 1,-1,1 for
+ZeRO-3-style parameter sharding); `model.remat` ('full', 'dots', ...) checkpoints each layer's activations;
+`model.param_dtype`=bfloat16 with `optim.master_weights`=True keeps float32 master weights and optimizer state;
+`model.lora_rank` > 0 trains LoRA adapters only; `sft.micro_batch_size` / `gspo.micro_batch_size` accumulate
+gradients over strided micro-batches. An 8B model on 8 accelerators, for example:
+
+  --config.mesh.shape=1,8,1 --config.model.remat=full --config.model.param_dtype=bfloat16 \
+  --config.optim.master_weights=True --config.gspo.micro_batch_size=8
 """
 
 import ml_collections
@@ -64,6 +74,7 @@ def paradigms() -> ml_collections.ConfigDict:
   c.sft.max_tokens = 2560
   c.gspo.steps = 0
   c.gspo.generate_batch_size = 16   # rows per generate call: bounds the prefill's memory
+  c.gspo.kv_reuse = True            # keep each episode's KV cache across turns (common.lm.sampler)
   c.eval.seeds = (1000, 1001, 1002)
   c.eval.levels = (0, 1, 2, 3)
   c.eval.samples = 2

@@ -14,6 +14,9 @@ GSPO's samples (temperature 1) mix passing and failing programs and its groups h
 PTC programs run in-process (runtime='inprocess': trusted, no sandbox); --config.runtime=sandboxed uses the
 sandboxed kernel as the full run does. This run checks the plumbing, not learning.
 Full-size defaults (SPEC.md, ProgAgent): progagent.train.default_config().
+Devices: one (`mesh.shape` (1, 1, 1), the default); --config.mesh.shape=-1,1,1 shards the updates over every
+device (rows of each update padded with masked repeats to a multiple of the device count). `model.remat`,
+`optim.master_weights`: as in configs/progagent.py.
 """
 
 import ml_collections
@@ -46,6 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.gspo.rollouts_per_task = 3
   c.gspo.minibatches = 2
   c.gspo.learning_rate = 1e-4
+  c.gspo.kv_reuse = True            # multi-turn KV reuse in the sampler (common.lm.sampler)
   c.eval.seeds = (1000,)
   c.eval.levels = (0, 1)
   c.eval.samples = 2

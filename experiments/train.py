@@ -6,6 +6,11 @@ r"""Launcher: parses flags, sets up logging and the workdir, then calls one libr
 
 Running the same command again resumes every unfinished run from its latest checkpoint and skips the
 finished ones.
+
+Several processes (hosts): start the same command on every process with --coordinator_address=HOST:PORT
+(process 0's address), --num_processes=N and --process_id=0..N-1, or set JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES and JAX_PROCESS_ID; under Slurm, Open MPI or Kubernetes JAX finds them itself
+(common/distributed.py, which also says what multi-process runs write today).
 """
 
 import json
@@ -17,10 +22,21 @@ from absl import flags
 import ml_collections
 from ml_collections import config_flags
 
+from common import distributed
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results go.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TRAJECT-Bench folder, if not at ../shared/data.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-process runs: HOST:PORT of process 0's coordinator, the same on "
+    "every process (default: env JAX_COORDINATOR_ADDRESS, or the cluster's, detected by JAX).")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Multi-process runs: the number of processes (default: env JAX_NUM_PROCESSES, "
+    "or detected by JAX; 1 or unset = a single process).")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "Multi-process runs: this process's id in 0..num_processes-1 (default: env "
+    "JAX_PROCESS_ID, or detected by JAX).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -47,10 +63,11 @@ def _split_list_overrides(config) -> None:
                             if not isinstance(x, str) or x.strip())
 
 
-def _check_same_config(workdir: str, config) -> None:
+def _check_same_config(workdir: str, config, *, write: bool = True) -> None:
   """Refuses a workdir whose saved config differs: its checkpoints and results belong to that config.
 
   Keys of _REPORT_KEYS[config.method] may differ (they select and summarise runs, not train them).
+  `write`: save config.json (only process 0 does, in a multi-process run).
 
   Raises:
     ValueError: listing the differing keys, and how to proceed.
@@ -67,8 +84,9 @@ def _check_same_config(workdir: str, config) -> None:
           f"--workdir {workdir} holds checkpoints and results of a different config:\n  "
           + "\n  ".join(diffs[:20]) + "\nUse a new --workdir (or delete this one) to run with the new "
           "values; rerun with the same config to resume.")
-  with open(path, "w") as f:
-    json.dump(new, f, indent=1)
+  if write:
+    with open(path, "w") as f:
+      json.dump(new, f, indent=1)
 
 
 def _diff(old, new, prefix="") -> list[str]:
@@ -82,6 +100,8 @@ def _diff(old, new, prefix="") -> list[str]:
 
 def main(argv):
   del argv
+  # First, before anything touches JAX devices; a no-op for a single process.
+  process = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config = _CONFIG.value
   logging.getLogger("absl").setLevel(logging.WARNING)
   workdir = os.path.abspath(_WORKDIR.value)
@@ -103,7 +123,7 @@ def main(argv):
     from progagent import train as progagent_train  # pylint: disable=g-import-not-at-top
     progagent_train.check_config(config)
   os.makedirs(workdir, exist_ok=True)
-  _check_same_config(workdir, config)
+  _check_same_config(workdir, config, write=process.process_id == 0)
   if config.method == "phgpo_compare":
     from phgpo import train  # pylint: disable=g-import-not-at-top
     train.run(config, workdir, progress=_PROGRESS.value)

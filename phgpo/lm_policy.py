@@ -7,6 +7,14 @@ the trainer's `ToolPolicy` interface: `featurize` renders each decision state (t
 (`trainable_mask`), as in the published setting (LoRA rank 64, alpha 128; config `policy.lora_rank`,
 `policy.lora_alpha`).
 
+Scale knobs (the update itself is phgpo.steps.Compiled): `policy.dtype` / `policy.param_dtype` (compute and
+storage dtypes; 'bfloat16' storage with `policy.master_weights` keeps float32 master weights and optimizer
+state), `policy.remat` (activation checkpointing per decoder layer), `policy.micro_batches` (the update's
+forward pass in that many strided micro-batches under jax.checkpoint, common.lm.training.micro_batched_apply),
+and the device mesh of config `mesh.shape` (optional mesh.rules; default (1, 1, 1): one device): the base weights
+load straight into their shardings, adapters, tool head and optimizer state are placed beside them, and each
+update's rows are sharded over (data, fsdp) when their count is a multiple of data x fsdp.
+
 `policy.lm_checkpoint` names a local Hugging Face directory. The value `tiny:<family>` (family 'qwen2',
 'qwen3' or 'llama') writes a tiny random checkpoint with a tokenizer trained on the tool names into the
 embedding cache folder and uses it: the CPU smoke configuration, with no download.
@@ -19,6 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from common.lm import checkpoints
+from common.lm import training
 from phgpo import lm_tool_policy as tool_policy
 
 
@@ -37,6 +46,7 @@ class PhGPOLMPolicy:
     self.queries = list(queries)
     self.tool_names = list(tool_names)
     self.num_tools = lm.num_tools
+    self.mesh, self.rules = lm.mesh, lm.rules
 
   def featurize(self, task_idx, history_tools, history_status, step, observations=None):
     """Renders B decision states to an `LMPolicyBatch` (left-padded token ids and mask, numpy).
@@ -81,10 +91,13 @@ def resolve_checkpoint(spec: str, tool_names: Sequence[str], cache_dir: str | No
 
 
 def make_lm_policy(config, problem) -> PhGPOLMPolicy:
-  """Builds the LM policy for a `phgpo.problem.Problem` from `config.policy`."""
+  """Builds the LM policy for a `phgpo.problem.Problem` from `config.policy` and the mesh of `mesh.shape`."""
   pc = config.policy
   names = list(problem.graph.tool_names)
   path = resolve_checkpoint(pc.lm_checkpoint, names, config.encoder.cache_dir or None)
+  mesh, rules = training.mesh_from_config(config.get("mesh", None))
   lm = tool_policy.LMToolPolicy(path, names, lora_rank=pc.lora_rank, lora_alpha=pc.lora_alpha,
-                                max_length=pc.lm_max_length)
+                                max_length=pc.lm_max_length, dtype=pc.get("dtype", "float32"),
+                                param_dtype=pc.get("param_dtype", None) or None, remat=pc.get("remat", "none"),
+                                mesh=mesh, rules=rules)
   return PhGPOLMPolicy(lm, [t.query for t in problem.tasks], names)

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from common import estimators
+from common.lm import training
 from phgpo import classifier_rollout
 from phgpo import objective
 from phgpo import pheromone as pher_lib
@@ -63,6 +64,16 @@ def make_optimizer(learning_rate: float, grad_clip: float, policy=None) -> optax
   return tx
 
 
+def place(state: TrainState, policy) -> TrainState:
+  """The state on the policy's mesh (common.lm.training.place_state: parameters by the logical-axis rules,
+  optimizer state beside them, pheromone, key and step replicated) when the policy has one (the LM policy,
+  config `mesh.shape`), else committed to the default device (`commit`)."""
+  mesh = getattr(policy, "mesh", None)
+  if mesh is None:
+    return commit(state)
+  return training.place_state(state, state.params, mesh, getattr(policy, "rules", None))
+
+
 def commit(tree):
   """Places every leaf on the default device as a committed array.
 
@@ -75,14 +86,27 @@ def commit(tree):
 
 def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: float,
                params=None) -> TrainState:
-  """A fresh train state: params (new from `seed`, or the given ones), optimizer state, pheromone, key."""
+  """A fresh train state: params (new from `seed`, or the given ones), optimizer state (with float32 master
+  weights when `policy.master_weights`), pheromone, key. Not yet placed: see `place`."""
   key = jax.random.key(seed)
   key, init_key = jax.random.split(key)
   if params is None:
     params = policy.init(init_key)
   opt = make_optimizer(learning_rate, config.optim.grad_clip, policy)
-  return TrainState(params=params, opt_state=opt.init(params), pheromone=init_pheromone(config, problem),
+  trainable = policy.trainable_mask(params) if hasattr(policy, "trainable_mask") else None
+  opt_state = training.init_opt_state(opt, params, master_weights=master_weights(config), trainable=trainable)
+  return TrainState(params=params, opt_state=opt_state, pheromone=init_pheromone(config, problem),
                     key=jax.random.key_data(key), step=jnp.zeros((), jnp.int32))
+
+
+def master_weights(config) -> bool:
+  """Config `policy.master_weights`: float32 master weights and optimizer state (common.lm.training)."""
+  return bool(config.policy.get("master_weights", False))
+
+
+def micro_batches(config) -> int:
+  """Config `policy.micro_batches` for the LM policy (1 = one pass; other policies: 1)."""
+  return int(config.policy.get("micro_batches", 1)) if config.policy.get("kind", "") == "lm" else 1
 
 
 class Compiled:
@@ -98,6 +122,10 @@ class Compiled:
     sl_update(params, opt_state, batch, labels, mask) -> (params, opt_state, aux)
       (`phgpo.objective.warmup_loss`)
     pher_update(pher, tools, templates, mask, scores, task_ids) -> PheromoneState (state donated)
+    place_rows(tree) -> tree: batch rows sharded over the policy mesh's (data, fsdp) axes when the row count
+      is a multiple of their size (else left as is, replicated by jit); identity without a mesh.
+  The updates apply gradients with common.lm.training.apply_gradients (float32 master weights when the state
+  holds them, `policy.master_weights`); their forward pass runs in `policy.micro_batches` micro-batches.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, policy: policy_lib.ToolPolicy, problem: Problem):
@@ -116,6 +144,11 @@ class Compiled:
                    arg_alpha=pc.arg_alpha, bank_min_score=pc.bank_min_score)
     self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip, policy)
     self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip, policy)
+    self.mesh, self.rules = getattr(policy, "mesh", None), getattr(policy, "rules", None)
+    n_micro = micro_batches(config)
+    # The updates' forward pass: in `policy.micro_batches` strided micro-batches under jax.checkpoint (the
+    # loss normalises several terms over the whole batch, so the logits are gathered, not the losses summed).
+    train_apply = lambda params, batch: training.micro_batched_apply(policy.apply, params, batch, n_micro)
 
     def decide(params, pher, batch, prev, task_sim, key, beta, w, temperature):
       return objective.decide(key, policy.apply(params, batch), pher, prev, task_sim, self.template_mask,
@@ -123,26 +156,26 @@ class Compiled:
 
     def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_labels, is_weight,
                 sl_weight, kl_coef):
-      return objective.phgpo_loss(policy.apply(params, flat_batch), actions, logp_old, adv, pg_mask,
+      return objective.phgpo_loss(train_apply(params, flat_batch), actions, logp_old, adv, pg_mask,
                                   sl_mask, ref_logp, sl_weight=sl_weight, kl_coef=kl_coef, sl_labels=sl_labels,
                                   is_weight=is_weight, **loss_hp)
 
     def rl_update(params, opt_state, *args):
       (_, aux), grads = jax.value_and_grad(rl_loss, has_aux=True)(params, *args)
-      updates, opt_state = self.optimizer.update(grads, opt_state, params)
       aux["grad_norm"] = optax.tree.norm(grads)
-      return optax.apply_updates(params, updates), opt_state, aux
+      params, opt_state = training.apply_gradients(self.optimizer, grads, opt_state, params)
+      return params, opt_state, aux
 
     def logp_of(params, flat_batch, actions):
       return objective.action_log_probs(policy.apply(params, flat_batch), actions)
 
     def sl_loss(params, batch, labels, mask):
-      return objective.warmup_loss(policy.apply(params, batch), labels, mask)
+      return objective.warmup_loss(train_apply(params, batch), labels, mask)
 
     def sl_update(params, opt_state, batch, labels, mask):
       (_, aux), grads = jax.value_and_grad(sl_loss, has_aux=True)(params, batch, labels, mask)
-      updates, opt_state = self.warmup_optimizer.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state, aux
+      params, opt_state = training.apply_gradients(self.warmup_optimizer, grads, opt_state, params)
+      return params, opt_state, aux
 
     def pher_update(pher, tools, templates, mask, scores, task_ids):
       return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_ids, **pher_hp)
@@ -152,6 +185,14 @@ class Compiled:
     self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]))
 
     self.decide = jax.jit(decide)
+    shards = 1 if self.mesh is None else training.batch_shards(self.mesh, self.rules)
+
+    def place_rows(tree):
+      if self.mesh is None:
+        return tree
+      rows = jax.tree.leaves(tree)[0].shape[0]
+      return training.place_batch(tree, self.mesh, self.rules) if rows % shards == 0 else tree
+    self.place_rows = place_rows
     self.rl_update = jax.jit(rl_update)
     self.logp_of = jax.jit(logp_of)
     self.sl_update = jax.jit(sl_update)
@@ -176,9 +217,9 @@ def warmup_step(compiled: Compiled, state: TrainState, problem: Problem, decisio
          if compiled.policy.uses_observations else None)
   batch = compiled.policy.featurize(ti, problem.gold_tools[ti], problem.gold_status[ti], ts.astype(np.int32),
                                     obs)
-  labels = jnp.asarray(problem.gold_tools[ti, ts])
-  params, opt_state, aux = compiled.sl_update(state.params, state.opt_state, batch, labels,
-                                              jnp.ones((len(ti),), bool))
+  batch, labels, mask = compiled.place_rows((batch, np.asarray(problem.gold_tools[ti, ts]), np.ones((len(ti),), bool)))
+  params, opt_state, aux = compiled.sl_update(state.params, state.opt_state, batch, jnp.asarray(labels),
+                                              jnp.asarray(mask))
   return state.replace(params=params, opt_state=opt_state, step=jnp.asarray(step + 1, jnp.int32)), aux
 
 
@@ -222,10 +263,13 @@ def rl_step(compiled: Compiled, state: TrainState, problem: Problem, rb: classif
   is_weight = objective.truncated_is_weight(jnp.asarray(rb.logp_old), jnp.asarray(rb.logp_behaviour),
                                             cap=float(rc.tis_cap))
   args = args[:5] + (jnp.asarray(sl_mask),)
+  rest = (ref_logp, jnp.asarray(sl_labels, jnp.int32), is_weight)
+  if compiled.mesh is not None:   # the flat batch's B * H rows and the [B, H] arrays' B rows
+    args = (compiled.place_rows(args[0]),) + tuple(compiled.place_rows(a) for a in args[1:])
+    rest = tuple(compiled.place_rows(a) for a in rest)
   params, opt_state = state.params, state.opt_state
   for _ in range(rc.epochs):
-    params, opt_state, aux = compiled.rl_update(params, opt_state, *args, ref_logp,
-                                                jnp.asarray(sl_labels, jnp.int32), is_weight,
+    params, opt_state, aux = compiled.rl_update(params, opt_state, *args, *rest,
                                                 jnp.float32(sl_weight), jnp.float32(rc.kl_coef))
   exec_mask = jnp.asarray(rb.tools >= 0)
   pher = state.pheromone

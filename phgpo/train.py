@@ -201,14 +201,17 @@ def _write_json(path: str, obj: dict) -> None:
   os.replace(path + ".tmp", path)
 
 
-def _open_run(config, workdir: str, init: TrainState):
-  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run."""
+def _open_run(config, workdir: str, init: TrainState, policy=None):
+  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run.
+
+  The state is placed first (`phgpo.steps.place`: on the LM policy's mesh, else on the default device), so a
+  checkpoint restores into the same shardings."""
   ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
                              save_every=config.checkpoint.every)
-  state, start = ck.restore_or_init(init)
+  state, start = ck.restore_or_init(steps.place(init, policy))
   start = 0 if start is None else start
   writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
-  return ck, steps.commit(state), start, writer
+  return ck, steps.place(state, policy), start, writer
 
 
 def _log_now(config, step: int, total: int) -> bool:
@@ -225,7 +228,7 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
   os.makedirs(workdir, exist_ok=True)
   wc = config.warmup
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=wc.learning_rate)
-  ck, state, start, writer = _open_run(config, workdir, state)
+  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
   pairs = steps.gold_decisions(problem)
   bs = min(wc.batch_size, len(pairs))
   bar = _progress(wc.steps, start, f"warm-up seed {seed}", progress)
@@ -299,7 +302,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                            params=init_params)
-  ck, state, start, writer = _open_run(config, workdir, state)
+  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
   fs_path = os.path.join(workdir, "first_success.json")
   fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": {}}
   # Steps after the checkpoint are replayed: forget what they recorded.

@@ -31,12 +31,14 @@ import importlib
 import importlib.util
 from typing import Any, Sequence
 
+from absl import logging
 import numpy as np
 
 from common import env_pool
 from common import rollout as rollout_lib
 from common import windowed as win_lib
 from common.env_client import EnvSpec
+from common.lm import sampler as sampler_lib
 from common.lm import sampling
 from common.lm.sampler import LMSampler
 from planpo import data
@@ -137,11 +139,26 @@ def driver_config(config, *, group_size: int, seed: int) -> rollout_lib.RolloutC
 
 
 def make_sampler(params, policy, *, key, rows: int, temperature: float, config) -> LMSampler:
-  """LMSampler for `rows` episodes at `temperature` (0: greedy), stopping at eos and end-of-turn."""
+  """LMSampler for `rows` episodes at `temperature` (0: greedy), stopping at eos and end-of-turn; KV reuse across
+  turns per `rollout.kv_reuse` (default on)."""
   return LMSampler(params, policy.model, key=key, rows=rows, max_new_tokens=int(config.rollout.max_response_tokens),
                    temperature=float(temperature),
                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
-                   pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS)
+                   pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS,
+                   kv_reuse=kv_reuse(config, policy.model, rows))
+
+
+def kv_reuse(config, model, rows: int) -> bool:
+  """`rollout.kv_reuse`, turned off with a warning when `rows` x `rollout.max_context_tokens` slots would need more
+  than `rollout.kv_cache_max_gb` GiB of KV cache (common.lm.sampler.reuse_fits; 0 = no limit)."""
+  if not bool(config.rollout.get("kv_reuse", True)):
+    return False
+  limit = float(config.rollout.get("kv_cache_max_gb", 32.0))
+  fits, gib = sampler_lib.reuse_fits(model, rows, int(config.rollout.max_context_tokens), limit)
+  if not fits:
+    logging.warning("rollout.kv_reuse off: a KV cache of %d rows x %d tokens would need %.1f GiB, more than "
+                    "rollout.kv_cache_max_gb=%s.", rows, int(config.rollout.max_context_tokens), gib, limit)
+  return fits
 
 
 def run_rollouts(pool, sampler, chat, tasks: Sequence[str], *, config, group_size: int,

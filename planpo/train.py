@@ -67,7 +67,9 @@ from common import rollout as rollout_lib
 from common import stats
 from common.lm import checkpoints as lm_checkpoints
 from common.lm import loading
+from common.lm import lora as lora_lib
 from common.lm import model as model_lib
+from common.lm import training
 from common.lm.config import ModelConfig
 from common.lm import sampling
 from common.lm.sampler import commit
@@ -141,7 +143,9 @@ def _decay_steps(config) -> int:
 
 def load_policy(config, corpus: Sequence[str], workdir: str | None = None) -> Policy:
   """Resolves `policy.lm_checkpoint` ('tiny:<family>': tokenizer trained on `corpus`, vocabulary
-  `policy.tiny_vocab`, shapes `policy.sizes`, cache `policy.cache_dir`) and builds the ChatTemplate.
+  `policy.tiny_vocab`, shapes `policy.sizes`, cache `policy.cache_dir`) and builds the ChatTemplate. The
+  weights load onto the mesh of `mesh.shape`, with `policy.remat`; `policy.lora_rank` > 0 adds fresh LoRA
+  adapters (`policy.lora_alpha`, `policy.lora_targets`; key from the first seed), which alone then train.
 
   With `workdir`, a tiny checkpoint is copied to workdir/policy the first time and loaded from there on every
   later run, so a resumed or shared workdir (the ablation beside the main table) always pairs its saved SFT
@@ -164,14 +168,47 @@ def load_policy(config, corpus: Sequence[str], workdir: str | None = None) -> Po
       shutil.copytree(path, tmp)
       os.replace(tmp, kept)
       path = kept
-  cfg, params, tok = loading.load_pretrained(path, dtype=p.dtype, param_dtype=p.param_dtype)
+  mesh, rules = mesh_of(config)
+  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, dtype=p.dtype, param_dtype=p.param_dtype,
+                                             remat=p.get("remat", "none"),
+                                             attention_impl=p.get("attention_impl", "xla"),
+                                             attention_chunk=int(p.get("attention_chunk", 1024)),
+                                             logits_chunk=int(p.get("logits_chunk", 1024)))
+  if p.get("lora_rank", 0):
+    cfg = cfg.with_lora(rank=int(p.lora_rank), alpha=float(p.lora_alpha), targets=tuple(p.lora_targets))
+    params = lora_lib.add_adapters(jax.random.key(int(config.seeds[0]) + 7), params, cfg)
   return Policy(cfg, params, chat_lib.ChatTemplate(tok), path)
 
 
-# --- updates -------------------------------------------------------------------------------------
+def mesh_of(config):
+  """(mesh, rules) of config `mesh.shape` and the optional mesh.rules (common.lm.training.mesh_from_config; absent = one
+  device)."""
+  return training.mesh_from_config(config.get("mesh", None))
 
-def _tx(lr: float, grad_clip: float) -> optax.GradientTransformation:
-  return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(lr, weight_decay=0.0))
+
+def _state_kw(config) -> dict:
+  """init_state's keywords from config: LoRA (`policy.lora_rank`), `optim.master_weights`, the mesh."""
+  mesh, rules = mesh_of(config)
+  return dict(adapters=bool(config.policy.get("lora_rank", 0)),
+              master_weights=bool(config.optim.get("master_weights", False)), mesh=mesh, rules=rules)
+
+
+# --- updates -------------------------------------------------------------------------------------
+#
+# Devices: the updates run on the (data, fsdp, tensor) mesh of config `mesh.shape` (default (1, 1, 1): one
+# device; optional mesh.rules; common.lm.training.mesh_from_config). The state is placed on it by init_state
+# (parameters by the logical-axis rules, optimizer state beside them), each update's rows are sharded over
+# (data, fsdp) (padded with masked copies of a real row to a multiple of that size) and the jitted steps run
+# unchanged on the sharded arrays. Sampling and scoring (logp_old, logp_ref) run on one device.
+# Micro-batches are strided (common.lm.training.micro_batches). LoRA: `policy.lora_rank` > 0 trains the
+# adapters only; `optim.master_weights` keeps float32 master weights and optimizer state for bfloat16
+# parameters (`policy.param_dtype`); `policy.remat` checkpoints each decoder layer's activations.
+
+def _tx(lr: float, grad_clip: float, params=None, adapters: bool = False) -> optax.GradientTransformation:
+  """Clip by global norm, then AdamW (no weight decay); with `adapters` only the LoRA adapters of `params` move
+  (common.lm.lora.adapter_optimizer)."""
+  tx = optax.chain(optax.clip_by_global_norm(grad_clip), optax.adamw(lr, weight_decay=0.0))
+  return lora_lib.adapter_optimizer(tx, params, extra=()) if adapters else tx
 
 
 @flax.struct.dataclass
@@ -179,8 +216,9 @@ class TrainState:
   """The whole train state of an SFT or RL stage, saved as one Orbax checkpoint (common.checkpoint).
 
   Attributes:
-    params: the model parameters.
-    opt_state: the optax state of `_tx` (clip by global norm, then AdamW).
+    params: the model parameters (with LoRA adapters when `policy.lora_rank` > 0).
+    opt_state: the optax state of `_tx` (clip by global norm, then AdamW), or a common.lm.training.MasterState
+      holding it and float32 master weights (`optim.master_weights`).
     step: i32[] optimizer steps (SFT) or RL steps done.
   """
   params: Any
@@ -188,22 +226,68 @@ class TrainState:
   step: jax.Array
 
 
-def init_state(params, lr: float, grad_clip: float) -> TrainState:
-  """A fresh TrainState: params, optimizer state, step 0 (committed to the default device)."""
-  return commit(TrainState(params=params, opt_state=_tx(lr, grad_clip).init(params),
-                           step=jnp.zeros((), jnp.int32)))
+def init_state(params, lr: float, grad_clip: float, *, adapters: bool = False, master_weights: bool = False,
+               mesh=None, rules=None) -> TrainState:
+  """A fresh TrainState: params, optimizer state, step 0; committed to the default device, or placed on `mesh`
+  (common.lm.training.place_state) when given.
+
+  Args:
+    adapters: train the LoRA adapters only (`policy.lora_rank` > 0).
+    master_weights: float32 master weights in the optimizer state (`optim.master_weights`).
+  """
+  trainable = lora_lib.trainable_mask(params, extra=()) if adapters else None
+  opt = training.init_opt_state(_tx(lr, grad_clip, params, adapters), params, master_weights=master_weights,
+                                trainable=trainable)
+  state = TrainState(params=params, opt_state=opt, step=jnp.zeros((), jnp.int32))
+  return commit(state) if mesh is None else training.place_state(state, params, mesh, rules)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "lr", "grad_clip"))
-def sft_update(state, tokens, attn, mask, *, model, lr, grad_clip):
-  """Token-mean cross-entropy on the reply tokens; returns (state, {'loss', 'grad_norm'})."""
-  def loss_fn(p):
-    lp = model_lib.token_logprobs(p, tokens, attn, config=model)
-    return -jnp.sum(jnp.where(mask, lp, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
-  loss, g = jax.value_and_grad(loss_fn)(state.params)
-  upd, opt = _tx(lr, grad_clip).update(g, state.opt_state, state.params)
-  new = TrainState(params=optax.apply_updates(state.params, upd), opt_state=opt, step=state.step + 1)
-  return new, {"loss": loss, "grad_norm": optax.tree.norm(g)}
+def _step(state, grads, lr, grad_clip, adapters):
+  params, opt = training.apply_gradients(_tx(lr, grad_clip, state.params, adapters), grads, state.opt_state,
+                                         state.params)
+  return state.replace(params=params, opt_state=opt), optax.tree.norm(grads)
+
+
+def micro_layout(rows: int, micro_rows: int, shards: int = 1) -> tuple[int, int]:
+  """(n micro-batches, padded row count) for `rows` rows in micro-batches of about `micro_rows` rows
+  (0 = one pass): n = ceil(rows / micro_rows), rows padded to a multiple of lcm(n, shards) (shards = the
+  mesh's batch shards, common.lm.training.batch_shards)."""
+  n = 1 if not micro_rows else max(1, -(-int(rows) // int(micro_rows)))
+  return n, training.pad_rows(rows, training.lcm(n, shards))
+
+
+def pad_batch(arrays: Sequence[np.ndarray], rows: int, *, mask_index: Sequence[int]) -> list[np.ndarray]:
+  """Pads every array to `rows` rows with copies of row 0; in the arrays at `mask_index` the copies are zero
+  (False), so they count in no loss or normaliser (copies of a real row keep the forward pass finite)."""
+  out = []
+  for k, a in enumerate(arrays):
+    a = np.asarray(a)
+    extra = rows - a.shape[0]
+    if extra > 0:
+      fill = np.zeros_like(a[:1]) if k in mask_index else a[:1]
+      a = np.concatenate([a, np.repeat(fill, extra, axis=0)])
+    out.append(a)
+  return out
+
+
+@functools.partial(jax.jit, static_argnames=("model", "lr", "grad_clip", "micro", "adapters"))
+def sft_update(state, tokens, attn, mask, *, model, lr, grad_clip, micro: int = 1, adapters: bool = False):
+  """Token-mean cross-entropy on the reply tokens; returns (state, {'loss', 'grad_norm'}).
+
+  loss = -(1/N) sum_{b,t} mask[b,t] log pi(tokens[b,t] | tokens[b,<t]), N = sum mask, its gradient summed over
+  `micro` strided micro-batches (common.lm.training.accumulate_grads; config `sft.micro_rows`), equal to one
+  pass. tokens i32[B, L], attn bool[B, L], mask bool[B, L]; B a multiple of micro (and of the mesh's batch
+  shards when sharded).
+  """
+  total = jnp.maximum(jnp.sum(mask), 1).astype(jnp.float32)
+
+  def loss_sum(p, mb):
+    lp = model_lib.token_logprobs(p, mb[0], mb[1], config=model)
+    return -jnp.sum(jnp.where(mb[2], lp, 0.0))
+  loss, g, _ = training.accumulate_grads(loss_sum, state.params, (tokens, attn, mask), micro)
+  g = jax.tree.map(lambda x: x / total, g)
+  new, gnorm = _step(state, g, lr, grad_clip, adapters)
+  return new.replace(step=state.step + 1), {"loss": loss / total, "grad_norm": gnorm}
 
 
 @functools.partial(jax.jit, static_argnames=("model", "temperature"))
@@ -228,46 +312,47 @@ def chunk_weight(mask: np.ndarray, agg_mode: str, ratio: str) -> np.ndarray:
   return m.any(axis=1).astype(np.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "temperature", "loss_kw"))
-def rl_grads(params, tokens, attn, mask, logp_old, logp_ref, adv, weight, *, model, temperature, loss_kw):
-  """Gradient of weight x planpo.objective.policy_loss on one micro-batch (loss_kw: its settings as sorted
-  items); returns (grads, metrics x weight). Summing over the micro-batches of a minibatch with weights
-  (their share of `chunk_weight`) gives the minibatch's gradient and metrics exactly."""
-  def loss_fn(p):
-    lp = model_lib.token_logprobs(p, tokens, attn, config=model, temperature=temperature)
-    loss, m = objective.policy_loss(lp, logp_old, logp_ref, adv, mask, **dict(loss_kw))
-    return loss * weight, dict(m, loss=loss)
-  (_, m), g = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  return g, jax.tree.map(lambda x: x * weight, m)
+@functools.partial(jax.jit, static_argnames=("model", "lr", "grad_clip", "temperature", "loss_kw", "micro",
+                                             "adapters"))
+def rl_step(state, tokens, attn, mask, logp_old, logp_ref, adv, weight, *, model, lr, grad_clip, temperature,
+            loss_kw, micro: int, adapters: bool = False):
+  """One optimizer step of planpo.objective.policy_loss, accumulated over `micro` strided micro-batches.
 
+  Micro-batch j's loss (a mean over its own rows, `loss_kw`: the loss settings as sorted items) is weighted by
+  its share W_j / W of the rows' weights (`chunk_weight`: f32[B], 0 for padding rows), so the sum over
+  micro-batches is the minibatch's loss and gradient exactly; metrics are summed with the same shares.
+  Arrays [B, L] (adv [B]); B a multiple of micro. Returns (state, metrics incl. 'grad_norm').
+  """
+  total = jnp.sum(weight)
 
-@functools.partial(jax.jit, static_argnames=("lr", "grad_clip"))
-def apply_grads(state, grads, *, lr, grad_clip):
-  """One optimizer step (`_tx`) with the accumulated gradient; returns (state, grad_norm)."""
-  upd, opt = _tx(lr, grad_clip).update(grads, state.opt_state, state.params)
-  return state.replace(params=optax.apply_updates(state.params, upd), opt_state=opt), optax.tree.norm(grads)
+  def loss_sum(p, mb):
+    tok, at, m, lo, lr_, a, w = mb
+    share = jnp.where(total > 0, jnp.sum(w) / jnp.where(total > 0, total, 1.0), 0.0)
+    lp = model_lib.token_logprobs(p, tok, at, config=model, temperature=temperature)
+    loss, met = objective.policy_loss(lp, lo, lr_, a, m, **dict(loss_kw))
+    return loss * share, jax.tree.map(lambda x: x * share, dict(met, loss=loss))
+
+  _, g, met = training.accumulate_grads(loss_sum, state.params,
+                                        (tokens, attn, mask, logp_old, logp_ref, adv, weight), micro, has_aux=True)
+  state, gnorm = _step(state, g, lr, grad_clip, adapters)
+  return state, dict(jax.tree.map(lambda x: jnp.sum(x, axis=0), met), grad_norm=gnorm)
 
 
 def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, lr, grad_clip, temperature, loss_kw,
-              micro_rows: int):
-  """One optimizer step of planpo.objective.policy_loss on a minibatch, accumulated over micro-batches of
-  `micro_rows` rows (config key `rl.micro_rows`); equal to the step on the whole minibatch
-  (tests/planpo_train_test.py). Returns (state, metrics incl. 'grad_norm')."""
+              micro_rows: int, adapters: bool = False, mesh=None, rules=None):
+  """One optimizer step of planpo.objective.policy_loss on a minibatch, accumulated over strided micro-batches
+  of about `micro_rows` rows (config key `rl.micro_rows`; `micro_layout`); equal to the step on the whole
+  minibatch (tests/planpo_train_test.py). The rows are padded (masked copies of row 0, weight 0) to the
+  layout's multiple and, with `mesh`, sharded over its batch axes. Returns (state, metrics incl. 'grad_norm').
+  """
   kw = dict(loss_kw)
   w = chunk_weight(np.asarray(mask), kw.get("agg_mode", "token_mean"), kw.get("ratio", "token"))
-  total = float(w.sum())
-  grads, metrics = None, None
-  for i in range(0, tokens.shape[0], micro_rows):
-    sl = slice(i, i + micro_rows)
-    share = float(w[sl].sum()) / total if total > 0 else (1.0 if i == 0 else 0.0)
-    if share == 0.0:
-      continue
-    g, m = rl_grads(state.params, tokens[sl], attn[sl], mask[sl], logp_old[sl], logp_ref[sl], adv[sl],
-                    jnp.float32(share), model=model, temperature=temperature, loss_kw=loss_kw)
-    grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
-    metrics = m if metrics is None else jax.tree.map(jnp.add, metrics, m)
-  state, gnorm = apply_grads(state, grads, lr=lr, grad_clip=grad_clip)
-  return state, dict(metrics, grad_norm=gnorm)
+  shards = 1 if mesh is None else training.batch_shards(mesh, rules)
+  n, rows = micro_layout(int(tokens.shape[0]), micro_rows, shards)
+  arrays = pad_batch([tokens, attn, mask, logp_old, logp_ref, adv, w], rows, mask_index=(2, 6))
+  arrays = [jnp.asarray(a) for a in arrays] if mesh is None else training.place_batch(arrays, mesh, rules)
+  return rl_step(state, *arrays, model=model, lr=lr, grad_clip=grad_clip, temperature=temperature, loss_kw=loss_kw,
+                 micro=n, adapters=adapters)
 
 
 # --- advantages ----------------------------------------------------------------------------------
@@ -338,14 +423,18 @@ def _pad_rows(rows: Sequence[tuple[list[int], list[int]]], n: int, pad_id: int):
 
 
 def run_sft(config, policy: Policy, rows, d: str, seed: int) -> TrainState:
-  """SFT for `sft.epochs` over the rows in batches of `sft.batch_size` (fresh order per epoch); resumes."""
+  """SFT for `sft.epochs` over the rows in batches of `sft.batch_size` (fresh order per epoch), accumulated over
+  micro-batches of about `sft.micro_rows` rows (0 = one pass); resumes (the checkpoint restores into the
+  state's mesh shardings)."""
   s = config.sft
   if not rows:
     raise ValueError("SFT has no data: no gold episode of the training tasks was won within `env.max_turns` "
                      "(the replays' warnings name each dropped task), or `env.train_tasks` is 0, or the games "
                      "folder holds no games; raise env.max_turns / env.train_tasks or check the games folder")
-  state = init_state(policy.params, s.lr, config.optim.grad_clip)
+  kw = _state_kw(config)
+  state = init_state(policy.params, s.lr, config.optim.grad_clip, **kw)
   bs = min(int(s.batch_size), len(rows))
+  micro, padded = micro_layout(bs, int(s.get("micro_rows", 0)), training.batch_shards(kw["mesh"], kw["rules"]))
   per_epoch = -(-len(rows) // bs)
   total = int(s.epochs) * per_epoch
   ck = _ckpt(config, d)
@@ -358,9 +447,10 @@ def run_sft(config, policy: Policy, rows, d: str, seed: int) -> TrainState:
       epoch, i = divmod(k, per_epoch)
       order = np.random.default_rng([seed, 11, epoch]).permutation(len(rows))
       idx = list(order[i * bs:(i + 1) * bs])
-      tok, attn, mask = _pad_rows([rows[j] for j in idx], bs, pad)
+      tok, attn, mask = pad_batch(_pad_rows([rows[j] for j in idx], len(idx), pad), padded, mask_index=(2,))
+      tok, attn, mask = training.place_batch((tok, attn, mask), kw["mesh"], kw["rules"])
       state, m = sft_update(state, tok, attn, mask, model=policy.model, lr=float(s.lr),
-                            grad_clip=float(config.optim.grad_clip))
+                            grad_clip=float(config.optim.grad_clip), micro=micro, adapters=kw["adapters"])
       if (k + 1) % config.logging.every == 0 or k + 1 == total:
         writer.write(k + 1, {f"sft/{n}": v for n, v in jax.device_get(m).items()} | {"sft/epoch": epoch})
       ck.maybe_save(k + 1, state, force=k + 1 == total)
@@ -386,7 +476,8 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
            budget: list) -> TrainState:
   """`rl.steps` RL steps of `method` from `init_params`; the KL reference is `ref_params`; resumes."""
   rl = config.rl
-  state = init_state(init_params, rl.lr, config.optim.grad_clip)
+  kw = _state_kw(config)
+  state = init_state(init_params, rl.lr, config.optim.grad_clip, **kw)
   ck = _ckpt(config, d)
   state, start = ck.restore_or_init(state)
   start = int(start or 0)
@@ -433,7 +524,7 @@ def run_rl(config, policy: Policy, method: str, init_params, ref_params, pool, t
         state, m = rl_update(state, tok[sel], attn[sel], mask[sel], logp_old[sel], logp_ref[sel],
                              a_rows[sel], model=policy.model, lr=float(rl.lr),
                              grad_clip=float(config.optim.grad_clip), temperature=temp, loss_kw=_loss_kw(config),
-                             micro_rows=micro)
+                             micro_rows=micro, adapters=kw["adapters"], mesh=kw["mesh"], rules=kw["rules"])
         ms.append(jax.device_get(m))
       state = state.replace(step=jnp.asarray(step + 1, jnp.int32))
       t2 = time.monotonic()

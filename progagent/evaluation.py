@@ -96,7 +96,8 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
                                  top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
                                  stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
                                  pad_id=pad, buckets=tuple(config.lengths.buckets),
-                                 chunk_rows=config.gspo.generate_batch_size)
+                                 chunk_rows=config.gspo.generate_batch_size,
+                                 **rollouts.sampler_options(ec, policy.model, rows))
     seed_cache = None if cache_dir is None else os.path.join(cache_dir, f"eval-{mode}-{seed}")
     workers = rollouts.make_pool(ec, rows, cache_dir=seed_cache)
     try:

@@ -9,7 +9,8 @@ and program runtime (`runtime`: 'sandboxed' = the sandboxed IPython kernel of pr
 = trusted smoke runs only), held in-process by common.env_pool.WorkerPool.local. The driver renders the
 prompt and every observation with the policy's common.chat.ChatTemplate (native tool-call format), batches the
 policy across episodes, and records token-in/token-out trajectories (common.trajectory). The policy is
-LMSampler (common.lm.sampler): common.lm.sampling.generate over the episodes' left-padded contexts.
+LMSampler (common.lm.sampler): each episode's KV cache kept across turns, only new tokens prefilled
+(`gspo.kv_reuse`; False: common.lm.sampling.generate over the episodes' whole left-padded contexts).
 
 Every episode ends as 'done' (an answer was submitted, or a reply had no tool call), 'turn_limit'
 (`env.max_turns` replies), 'length_limit' (`env.max_context_tokens`) or 'env_error' (the program runtime or
@@ -22,12 +23,14 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+from absl import logging
 import numpy as np
 
 from common import chat as chat_lib
 from common import env_pool
 from common import rollout as rollout_lib
 from common import trajectory as traj_lib
+from common.lm import sampler as sampler_lib
 from common.lm.sampler import LMSampler  # noqa: F401  (moved to common; re-exported)
 from progagent import harness
 from progagent import ptc_env
@@ -45,6 +48,23 @@ def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_
                               runtime="kernel" if config.runtime == "sandboxed" else "inprocess",
                               scale=int(config.env.scales[0]), cache_dir=cache_dir)
   return env_pool.WorkerPool.local(factory, num_workers, step_timeout_s=STEP_TIMEOUT_S)
+
+
+def sampler_options(config, model=None, rows: int = 0) -> dict:
+  """LMSampler keyword arguments from the config: kv_reuse = `gspo.kv_reuse` (default True: each episode's KV
+  cache is kept across turns and only new tokens are prefilled; common.lm.sampler), turned off with a warning
+  when `rows` rows x `env.max_context_tokens` slots of `model` would need more than `gspo.kv_cache_max_gb` GiB
+  (0 = no limit): the published setting (512 rollouts x 32k tokens of an 8B model) would need terabytes."""
+  reuse = bool(config.gspo.get("kv_reuse", True))
+  if reuse and model is not None and rows:
+    fits, gib = sampler_lib.reuse_fits(model, rows, int(config.env.max_context_tokens),
+                                       float(config.gspo.get("kv_cache_max_gb", 32.0)))
+    if not fits:
+      logging.warning("gspo.kv_reuse off: a KV cache of %d rows x %d tokens would need %.1f GiB, more than "
+                      "gspo.kv_cache_max_gb=%s; raise it, or lower gspo.tasks_per_step / env.max_context_tokens.",
+                      rows, int(config.env.max_context_tokens), gib, config.gspo.get("kv_cache_max_gb", 32.0))
+      reuse = False
+  return {"kv_reuse": reuse}
 
 
 def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:

@@ -31,7 +31,16 @@ reward 0 and is left out of the groups and of the loss.
 
 Memory knobs: `gspo.generate_batch_size` (rows per generate call; 0 = all rollouts at once),
 `gspo.micro_batch_size` / `sft.micro_batch_size` (gradient accumulation inside one update; the log-probs for
-logp_old are computed in chunks of the same size), `lengths.buckets`. Everything runs on one device.
+logp_old are computed in chunks of the same size; micro-batches are strided, common.lm.training), `lengths.buckets`,
+`model.remat` (activation checkpointing per decoder layer: 'none', 'full', 'dots', 'dots_no_batch'),
+`model.param_dtype` 'bfloat16' with `optim.master_weights` True (float32 master weights and optimizer state).
+Devices: the updates run on the (data, fsdp, tensor) mesh of config `mesh.shape` (default (1, 1, 1): one
+device; (-1, 1, 1) = data parallel over all devices) with optional rules (a mesh.rules key added to the config; common.lm.training.
+mesh_from_config): parameters and optimizer state are sharded by the logical-axis rules, each update's rows
+over (data, fsdp) (an update's rows are padded with masked repeats to a multiple of data x fsdp, so
+`sft.batch_size` and the GSPO minibatch, tasks_per_step x rollouts_per_task / minibatches, are best multiples
+of it). Sampling and the teacher-forced scoring run on one device
+(the sampler gathers the parameters there).
 
 State and outputs (under workdir): sft/ and gspo/ each hold checkpoints/ (one Orbax checkpoint per saved step
 of the whole progagent.updates.TrainState; common.checkpoint) and metrics.jsonl (+ TensorBoard);
@@ -63,6 +72,7 @@ from common import tool_wire
 from common.lm import checkpoints as lm_checkpoints
 from common.lm import lora as lora_lib
 from common.lm import loading
+from common.lm import training
 from common.lm.config import ModelConfig
 from progagent import harness
 from progagent import rollouts
@@ -91,13 +101,21 @@ def default_config() -> ml_collections.ConfigDict:
   # v0..v3 (training on v0 only is its weaker ablation).
   c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
                max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
-  c.model = dict(checkpoint="", dtype="bfloat16", param_dtype="float32", lora_rank=0, lora_alpha=128.0,
+  # remat: activation checkpointing per layer ('none' | 'full' | 'dots' | 'dots_no_batch')
+  # attention_impl: 'xla' | 'cudnn' | 'auto' | 'dense' (common.lm.config.ModelConfig); attention_chunk /
+  # logits_chunk: queries per attention block / positions per vocabulary-projection block (memory bounds)
+  c.model = dict(checkpoint="", dtype="bfloat16", param_dtype="float32", remat="none", lora_rank=0, lora_alpha=128.0,
+                 attention_impl="xla", attention_chunk=1024, logits_chunk=1024,
                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
                  cache_dir="", tiny_vocab=2048,
                  tiny_hidden_size=0, tiny_num_layers=0)   # tiny_*: a tiny checkpoint's shapes, 0 = its defaults
   c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
   c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two
-  c.optim = dict(grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8)
+  # master_weights: float32 master weights + optimizer state when model.param_dtype is 'bfloat16'
+  c.optim = dict(grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, master_weights=False)
+  # mesh.shape: (data, fsdp, tensor) sizes, -1 = the remaining devices; (1, 1, 1) = one device.
+  # a rules entry (logical-axis pairs) may be added to mesh in a config file; absent = DEFAULT_RULES
+  c.mesh = dict(shape=(1, 1, 1))
   # steps: SFT updates in all (0 = `epochs` passes over the data); a fixed number gives several harnesses
   # the same budget whatever their data size. oracle_seeds: the environment seeds of the oracle fallback.
   c.sft = dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
@@ -105,7 +123,7 @@ def default_config() -> ml_collections.ConfigDict:
                learning_rate=1e-5, max_tokens=32768)
   c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
                 top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
-                logp_old="recompute", task_filter="", generate_batch_size=0,
+                logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,
                 advantage=dict(estimator="grpo", eps=1e-6, ddof=0),
                 # the difficulty filter computed from the teacher records (sft.teacher_jsonl) when task_filter
                 # is empty: keep tasks whose PTC pass@filter_k lies in (filter_low, filter_high)
@@ -248,12 +266,23 @@ def load_policy(config, task_ids: Sequence[str]) -> Policy:
                                            vocab_size=mc.tiny_vocab, chat_template=template,
                                            sizes=tiny_sizes(config),
                                            config_key="config.model.checkpoint")
-  cfg, params, tok = loading.load_pretrained(path, dtype=mc.dtype, param_dtype=mc.param_dtype)
+  mesh, rules = mesh_of(config)
+  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, dtype=mc.dtype, param_dtype=mc.param_dtype,
+                                             remat=mc.get("remat", "none"),
+                                             attention_impl=mc.get("attention_impl", "xla"),
+                                             attention_chunk=int(mc.get("attention_chunk", 1024)),
+                                             logits_chunk=int(mc.get("logits_chunk", 1024)))
   if mc.lora_rank:
     cfg = cfg.with_lora(rank=mc.lora_rank, alpha=mc.lora_alpha, targets=tuple(mc.lora_targets))
     params = lora_lib.add_adapters(jax.random.key(config.seed + 7), params, cfg)
   chat = chat_lib.ChatTemplate(tok, enable_thinking=bool(config.chat.enable_thinking), format=config.chat.format)
   return Policy(cfg, params, chat, path)
+
+
+def mesh_of(config):
+  """(mesh, rules) of config `mesh.shape` and the optional mesh.rules (common.lm.training.mesh_from_config; absent = one
+  device)."""
+  return training.mesh_from_config(config.get("mesh", None))
 
 
 def task_pool(config, task_ids: Sequence[str]) -> list[str]:
@@ -318,22 +347,24 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
   sc = config.sft
   d = _stage_dir(workdir, "sft")
   optim = updates.optim_settings(config, sc.learning_rate)
-  state = updates.init_state(policy.params, optim, config.seed)
+  mesh, rules = mesh_of(config)
+  state = updates.init_state(policy.params, optim, config.seed, mesh=mesh, rules=rules)
   if not sc.enabled or not examples:
     if sc.enabled:
       _log.warning("SFT: no trajectories with score >= %s; the stage is skipped", sc.min_score)
-    return updates.commit(state)
+    return state
   bs = min(sc.batch_size, len(examples))
   if sc.micro_batch_size and bs % sc.micro_batch_size:
     raise ValueError(f"sft.micro_batch_size={sc.micro_batch_size} must divide the batch of {bs} rows")
+  # rows per update: bs padded (repeated rows, masked out) to a multiple of the mesh's batch shards
+  padded = updates.padded_rows(bs, sc.micro_batch_size, training.batch_shards(mesh, rules))
   per_epoch = -(-len(examples) // bs)
   total = sc.steps or sc.epochs * per_epoch
   length = updates.bucket_length(max(len(t.token_ids()) for t in examples), config.lengths.buckets)
   sizes = [len(t.token_ids()) for t in examples]
   pad = policy.model.pad_token_id or 0
   ck = _checkpointer(config, d)
-  state, start = ck.restore_or_init(state)
-  state = updates.commit(state)
+  state, start = ck.restore_or_init(state)   # restored into the placed state's shardings
   start = int(start or 0)
   writer = metric_writer.MetricWriter(d, resume_step=start, tensorboard=config.logging.tensorboard)
   eval_loss = lambda p: updates.mean_loss(p, examples, policy.model, pad_id=pad, rows=bs, length=length)
@@ -345,15 +376,15 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
       order = np.random.default_rng([config.seed, 11, epoch]).permutation(len(examples))
       rows = list(order[i * bs:(i + 1) * bs])
       n_real = len(rows)
-      rows += [rows[0]] * (bs - n_real)          # a short last batch: repeated rows, masked out
+      rows += [rows[0]] * (padded - n_real)      # a short last batch (and mesh padding): repeated rows, masked out
       # each batch is padded to the bucket of its longest row (one compilation per bucket)
       b = updates.make_batch([examples[r] for r in rows], updates.bucket_length(max(sizes[r] for r in rows),
                                                                                  config.lengths.buckets), pad_id=pad)
       pol = b.policy.copy()
       pol[n_real:] = False
-      b = jax.tree.map(jnp.asarray, b._replace(policy=pol))
+      b = training.place_batch(b._replace(policy=pol), mesh, rules)
       params, opt_state, m = updates.sft_update(state.params, state.opt_state, b, model=policy.model, optim=optim,
-                                                micro=updates.micro_count(bs, sc.micro_batch_size))
+                                                micro=updates.micro_count(padded, sc.micro_batch_size))
       state = state.replace(params=params, opt_state=opt_state, step=jnp.asarray(step + 1, jnp.int32))
       row = {f"sft/{k}": v for k, v in jax.device_get(m).items()}
       row["sft/epoch"] = epoch
@@ -391,10 +422,11 @@ def gspo_updates(state: updates.TrainState, batch: updates.Batch, *, policy: Pol
                  step: int) -> tuple[updates.TrainState, list[dict]]:
   """progagent.updates.gspo_updates with the config's `gspo.*` settings (minibatch order seeded by seed, step)."""
   g = config.gspo
+  mesh, rules = mesh_of(config)
   return updates.gspo_updates(state, batch, model=policy.model, optim=updates.optim_settings(config, g.learning_rate),
                               minibatches=g.minibatches, epochs=g.epochs, micro_batch_size=g.micro_batch_size,
                               temperature=g.temperature, clip_low=g.clip_low, clip_high=g.clip_high,
-                              logp_old=g.logp_old, perm_seed=(config.seed, 13, step))
+                              logp_old=g.logp_old, perm_seed=(config.seed, 13, step), mesh=mesh, rules=rules)
 
 
 def _update_metrics(batch: updates.Batch, ms: Sequence[dict]) -> dict:
@@ -421,10 +453,11 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
   """
   g, e = config.gspo, config.env
   d = _stage_dir(workdir, "gspo")
-  state = updates.init_state(init_params, updates.optim_settings(config, g.learning_rate), config.seed + 1)
+  mesh, rules = mesh_of(config)
+  state = updates.init_state(init_params, updates.optim_settings(config, g.learning_rate), config.seed + 1,
+                             mesh=mesh, rules=rules)
   ck = _checkpointer(config, d)
-  state, start = ck.restore_or_init(state)
-  state = updates.commit(state)
+  state, start = ck.restore_or_init(state)   # restored into the placed state's shardings
   start = int(start or 0)
   writer = metric_writer.MetricWriter(d, resume_step=start, tensorboard=config.logging.tensorboard)
   roll_path = os.path.join(d, "rollouts.jsonl")
@@ -442,7 +475,8 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
                                    max_new_tokens=e.max_response_tokens, temperature=float(g.temperature),
                                    top_k=g.top_k, top_p=g.top_p,
                                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
-                                   pad_id=pad, buckets=tuple(config.lengths.buckets), chunk_rows=g.generate_batch_size)
+                                   pad_id=pad, buckets=tuple(config.lengths.buckets), chunk_rows=g.generate_batch_size,
+                                   **rollouts.sampler_options(config, policy.model, rows))
       t0 = time.monotonic()
       step_cache = None if cache_dir is None else os.path.join(cache_dir, f"step-{step}")
       workers = rollouts.make_pool(config, rows, cache_dir=step_cache)

@@ -5,6 +5,13 @@ Optimization", arXiv:2507.18071, sec. 4.1 (common.losses.gspo_loss): sequence-le
 sampling-time parameters and the current ones, clipped at [1 - gspo.clip_low, 1 + gspo.clip_high], no KL, no
 entropy bonus. Everything here is pure apart from the host-side batching helpers; the stage loops are in
 progagent.train.
+
+Sharding (common.lm.training): `init_state(..., mesh=mesh)` places the parameters by the logical-axis rules and
+the optimizer state beside them, `gspo_updates(..., mesh=mesh)` places each minibatch's rows over the (data,
+fsdp) axes, and the jitted `sft_update` / `gspo_update` run unchanged on the sharded arrays (XLA propagates
+the shardings; config `mesh.shape`, optional mesh.rules). Micro-batches are strided (common.lm.training.micro_batches)
+so each keeps rows on every data-parallel device. Sampling runs on one device (common.lm.sampler.LMSampler
+gathers the parameters there).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from common import trajectory as traj_lib
 from common.lm import lora as lora_lib
 from common.lm import model as model_lib
 from common.lm import sampling
+from common.lm import training
 from common.lm.sampler import commit  # noqa: F401  (re-exported)
 from common.lm.config import ModelConfig
 
@@ -48,7 +56,9 @@ class OptimSettings(NamedTuple):
   """Static optimizer settings (hashable: the optimizer is rebuilt inside the jitted update).
 
   Config keys: the stage's learning rate (`sft.learning_rate`, `gspo.learning_rate`), `optim.grad_clip`,
-  `optim.weight_decay`, `optim.b1`, `optim.b2`, `optim.eps`; adapters_only = `model.lora_rank` > 0.
+  `optim.weight_decay`, `optim.b1`, `optim.b2`, `optim.eps`; adapters_only = `model.lora_rank` > 0;
+  master_weights = `optim.master_weights` (float32 master weights and optimizer state for low-precision
+  parameters, `model.param_dtype` 'bfloat16'; common.lm.training.apply_gradients).
   """
   learning_rate: float
   grad_clip: float
@@ -57,13 +67,15 @@ class OptimSettings(NamedTuple):
   b2: float
   eps: float
   adapters_only: bool
+  master_weights: bool = False
 
 
 def optim_settings(config, learning_rate: float) -> OptimSettings:
-  """OptimSettings from config keys optim.* (grad_clip, weight_decay, b1, b2, eps) and model.lora_rank."""
+  """OptimSettings from config keys optim.* (grad_clip, weight_decay, b1, b2, eps, master_weights) and
+  model.lora_rank."""
   o = config.optim
   return OptimSettings(float(learning_rate), float(o.grad_clip), float(o.weight_decay), float(o.b1), float(o.b2),
-                       float(o.eps), bool(config.model.lora_rank))
+                       float(o.eps), bool(config.model.lora_rank), bool(o.get("master_weights", False)))
 
 
 def make_optimizer(s: OptimSettings, params: Any) -> optax.GradientTransformation:
@@ -75,10 +87,20 @@ def make_optimizer(s: OptimSettings, params: Any) -> optax.GradientTransformatio
 
 
 
-def init_state(params, optim: OptimSettings, seed: int) -> TrainState:
-  """A fresh TrainState: params, optimizer state, RNG key data of `seed`, step 0."""
-  return TrainState(params=params, opt_state=make_optimizer(optim, params).init(params),
-                    key=jax.random.key_data(jax.random.key(seed)), step=jnp.zeros((), jnp.int32))
+def init_state(params, optim: OptimSettings, seed: int, *, mesh=None, rules=None) -> TrainState:
+  """A fresh TrainState: params, optimizer state, RNG key data of `seed`, step 0.
+
+  The optimizer state is common.lm.training.init_opt_state's (a MasterState with float32 master weights of the
+  trainable leaves when optim.master_weights). With `mesh` (common.lm.training.mesh_from_config) the state is
+  placed on it (common.lm.training.place_state: parameters by `rules`, optimizer state beside them, key and
+  step replicated); restoring a checkpoint into it keeps those shardings.
+  """
+  trainable = lora_lib.trainable_mask(params, extra=()) if optim.adapters_only else None
+  opt_state = training.init_opt_state(make_optimizer(optim, params), params, master_weights=optim.master_weights,
+                                      trainable=trainable)
+  state = TrainState(params=params, opt_state=opt_state, key=jax.random.key_data(jax.random.key(seed)),
+                     step=jnp.zeros((), jnp.int32))
+  return state if mesh is None else training.place_state(state, params, mesh, rules)
 
 
 class Batch(NamedTuple):
@@ -118,15 +140,30 @@ def micro_count(batch_rows: int, micro_batch_size: int) -> int:
   return 1 if not micro_batch_size else batch_rows // micro_batch_size
 
 
-def _split(batch: Batch, n: int) -> Batch:
-  """[B, ...] -> [n, B/n, ...] for the micro-batch scan."""
-  return jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+def padded_rows(rows: int, micro_batch_size: int, shards: int) -> int:
+  """Rows of an update of `rows` rows on a mesh of `shards` batch shards: the smallest multiple of lcm(shards,
+  micro_batch_size) (0 = no split) >= rows; the extra rows are masked repeats (pad_batch)."""
+  return training.pad_rows(rows, training.lcm(shards, micro_batch_size or 1))
+
+
+def pad_batch(batch: Batch, rows: int) -> Batch:
+  """The batch with copies of row 0 appended up to `rows` rows, without policy tokens and with advantage 0, so
+  they count in no loss, gradient or normaliser (numpy)."""
+  n = batch.tokens.shape[0]
+  if rows <= n:
+    return batch
+  idx = np.concatenate([np.arange(n), np.zeros(rows - n, np.int64)])
+  b = take(batch, idx)
+  pol = np.asarray(b.policy).copy()
+  pol[n:] = False
+  adv = np.asarray(b.adv).copy()
+  adv[n:] = 0.0
+  return b._replace(policy=pol, adv=adv)
 
 
 def _apply(grads, params, opt_state, optim: OptimSettings):
-  tx = make_optimizer(optim, params)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), opt_state, optax.tree.norm(grads)
+  params, opt_state = training.apply_gradients(make_optimizer(optim, params), grads, opt_state, params)
+  return params, opt_state, optax.tree.norm(grads)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "optim", "micro"))
@@ -134,7 +171,8 @@ def sft_update(params, opt_state, batch: Batch, *, model: ModelConfig, optim: Op
   """One SFT step: token-mean cross-entropy on the policy (assistant) tokens of the batch.
 
   loss = -(1/N) sum_{b,t} policy[b,t] log pi(tokens[b,t] | tokens[b,<t]),  N = sum policy.
-  Gradients are accumulated over `micro` micro-batches (same result as one pass).
+  Gradients are accumulated over `micro` strided micro-batches (common.lm.training.accumulate_grads; the same
+  result as one pass). Params, opt_state and batch may be sharded on a mesh (module docstring).
   Returns (params, opt_state, {'loss' (nats/token), 'tokens', 'grad_norm'}).
   """
   total = jnp.maximum(jnp.sum(batch.policy), 1).astype(jnp.float32)
@@ -143,12 +181,7 @@ def sft_update(params, opt_state, batch: Batch, *, model: ModelConfig, optim: Op
     logp = model_lib.token_logprobs(p, mb.tokens, mb.attn, config=model)
     return -jnp.sum(jnp.where(mb.policy, logp, 0.0))
 
-  def body(acc, mb):
-    l, g = jax.value_and_grad(loss_sum)(params, mb)
-    return (acc[0] + l, jax.tree.map(jnp.add, acc[1], g)), None
-
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  (l, g), _ = jax.lax.scan(body, (jnp.float32(0), zeros), _split(batch, micro))
+  l, g, _ = training.accumulate_grads(loss_sum, params, batch, micro)
   g = jax.tree.map(lambda x: x / total, g)
   params, opt_state, gnorm = _apply(g, params, opt_state, optim)
   return params, opt_state, {"loss": l / total, "tokens": total, "grad_norm": gnorm}
@@ -180,8 +213,9 @@ def gspo_update(params, opt_state, batch: Batch, *, model: ModelConfig, optim: O
                 temperature: float, clip_low: float, clip_high: float):
   """One GSPO optimizer step on a minibatch (common.losses.gspo_loss, sequence-level ratio, no KL).
 
-  The loss is the mean over sequences with at least one policy token; with micro-batches each micro-batch's
-  mean is weighted by its number of such sequences, which gives the same value and gradient.
+  The loss is the mean over sequences with at least one policy token; with micro-batches (strided,
+  common.lm.training.accumulate_grads) each micro-batch's mean is weighted by its number of such sequences,
+  which gives the same value and gradient. Params, opt_state and batch may be sharded (module docstring).
   Returns (params, opt_state, metrics: loss, ratio_mean, ratio_max, clip_fraction, approx_kl, grad_norm).
   """
   has = jnp.any(batch.policy, axis=-1)
@@ -197,15 +231,8 @@ def gspo_update(params, opt_state, batch: Batch, *, model: ModelConfig, optim: O
            "approx_kl": m["approx_kl"] * t, "ratio_max": jnp.where(n > 0, m["ratio_max"], -jnp.inf)}
     return loss * n, aux
 
-  def body(acc, mb):
-    (l, aux), g = jax.value_and_grad(loss_sum, has_aux=True)(params, mb)
-    sums = {k: (jnp.maximum(acc[2][k], v) if k == "ratio_max" else acc[2][k] + v) for k, v in aux.items()}
-    return (acc[0] + l, jax.tree.map(jnp.add, acc[1], g), sums), None
-
-  zeros = jax.tree.map(jnp.zeros_like, params)
-  init = {"ratio_mean": jnp.float32(0), "clip_fraction": jnp.float32(0), "approx_kl": jnp.float32(0),
-          "ratio_max": jnp.float32(-jnp.inf)}
-  (l, g, s), _ = jax.lax.scan(body, (jnp.float32(0), zeros, init), _split(batch, micro))
+  l, g, aux = training.accumulate_grads(loss_sum, params, batch, micro, has_aux=True)
+  s = {k: (jnp.max(v) if k == "ratio_max" else jnp.sum(v)) for k, v in aux.items()}
   g = jax.tree.map(lambda x: x / n_seq, g)
   params, opt_state, gnorm = _apply(g, params, opt_state, optim)
   ratio_max = jnp.where(jnp.isfinite(s["ratio_max"]), s["ratio_max"], 1.0)   # 1 when no sequence has tokens
@@ -236,7 +263,7 @@ def gspo_batch(trajs: Sequence[traj_lib.Trajectory], *, num_groups: int, length:
 
 def gspo_updates(state: TrainState, batch: Batch, *, model: ModelConfig, optim: OptimSettings, minibatches: int,
                  epochs: int, micro_batch_size: int, temperature: float, clip_low: float, clip_high: float,
-                 logp_old: str, perm_seed: Sequence[int]) -> tuple[TrainState, list[dict]]:
+                 logp_old: str, perm_seed: Sequence[int], mesh=None, rules=None) -> tuple[TrainState, list[dict]]:
   """The optimizer steps of one GSPO step: logp_old, then `epochs` passes of `minibatches` minibatches.
 
   Args:
@@ -245,6 +272,9 @@ def gspo_updates(state: TrainState, batch: Batch, *, model: ModelConfig, optim: 
     logp_old: 'recompute' (teacher-forced pass with state.params, in chunks of a micro-batch, else a
       minibatch) or 'sampler' (the sampler's own log-probs in batch.logp_old); config `gspo.logp_old`.
     perm_seed: numpy seed sequence of the minibatch order; epoch e uses perm_seed + [e].
+    mesh, rules: when given, each minibatch is padded with masked repeats (pad_batch) to a multiple of the
+      mesh's batch shards (and of micro_batch_size), its rows sharded over the batch axes
+      (common.lm.training.place_batch), and the update runs on the state's shardings (init_state(mesh=...)).
     minibatches, epochs, micro_batch_size, temperature, clip_low, clip_high: config `gspo.*`.
   Returns:
     (state with new params / opt_state (step unchanged), one metrics dict per update in order).
@@ -258,13 +288,18 @@ def gspo_updates(state: TrainState, batch: Batch, *, model: ModelConfig, optim: 
                          model=model, temperature=float(temperature))) for i in range(0, b, ch)])
     batch = batch._replace(logp_old=np.where(batch.policy, lp, 0.0).astype(np.float32))
   params, opt_state = state.params, state.opt_state
+  rows = mb if mesh is None else padded_rows(mb, micro_batch_size, training.batch_shards(mesh, rules))
   out = []
   for epoch in range(epochs):
     perm = np.random.default_rng([*perm_seed, epoch]).permutation(b)
     for i in range(minibatches):
-      sub = jax.tree.map(jnp.asarray, take(batch, perm[i * mb:(i + 1) * mb]))
+      sub = take(batch, perm[i * mb:(i + 1) * mb])
+      if mesh is not None:
+        sub = training.place_batch(pad_batch(sub, rows), mesh, rules)
+      else:
+        sub = jax.tree.map(jnp.asarray, sub)
       params, opt_state, m = gspo_update(params, opt_state, sub, model=model, optim=optim,
-                                         micro=micro_count(mb, micro_batch_size), temperature=float(temperature),
+                                         micro=micro_count(rows, micro_batch_size), temperature=float(temperature),
                                          clip_low=float(clip_low), clip_high=float(clip_high))
       out.append({k: float(v) for k, v in jax.device_get(m).items()})
   return state.replace(params=params, opt_state=opt_state), out

@@ -27,6 +27,7 @@ SUPPORTED_FAMILIES = ("qwen2", "qwen3", "llama")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+ATTENTION_IMPLS = ("xla", "cudnn", "auto", "dense")
 
 
 class CheckpointError(ValueError):
@@ -59,6 +60,13 @@ class ModelConfig:
     lora_alpha: LoRA alpha; the adapter output is scaled by alpha / r (config `model.lora_alpha`, PhGPO
       `policy.lora_alpha`).
     lora_targets: which projections get adapters, names from LORA_TARGETS (config `model.lora_targets`).
+    attention_impl: 'xla' (jax.nn.dot_product_attention's XLA path, every backend; the default), 'cudnn'
+      (its cuDNN flash kernel, NVIDIA GPUs in bf16/fp16), 'auto' (JAX picks) or 'dense' (the float32
+      reference that materialises [B, K, G, T, S] scores; tests only); config `model.attention_impl`.
+    attention_chunk: queries per attention block: each block holds at most [B, H, chunk, S] scores
+      (config `model.attention_chunk`).
+    logits_chunk: positions per vocabulary-projection block in log-probs (0 = all at once; config
+      `model.logits_chunk`).
   """
   family: str
   vocab_size: int
@@ -90,6 +98,9 @@ class ModelConfig:
   lora_rank: int = 0
   lora_alpha: float = 0.0
   lora_targets: tuple[str, ...] = ()
+  attention_impl: str = "xla"
+  attention_chunk: int = 1024
+  logits_chunk: int = 1024
 
   def __post_init__(self):
     if self.family not in SUPPORTED_FAMILIES:
@@ -98,6 +109,11 @@ class ModelConfig:
       raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}.")
     if self.rope_type not in SUPPORTED_ROPE_TYPES:
       raise ValueError(f"rope_type {self.rope_type!r} is not supported; use one of {SUPPORTED_ROPE_TYPES}.")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"attention_impl {self.attention_impl!r} is not one of {ATTENTION_IMPLS}.")
+    if self.attention_chunk < 1 or self.logits_chunk < 0:
+      raise ValueError(f"attention_chunk={self.attention_chunk} must be >= 1 and logits_chunk="
+                       f"{self.logits_chunk} >= 0 (0 = one block).")
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"remat {self.remat!r} is not one of {REMAT_POLICIES}.")
     for name in ("dtype", "param_dtype"):

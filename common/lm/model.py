@@ -17,13 +17,19 @@ and run with `nn.scan` (compile time independent of depth):
               'mlp': {'gate_proj', 'up_proj', 'down_proj'}}}
 Kernels are stored [in, out] (transposed from Hugging Face's [out, in]); `loading.py` holds the key map.
 
+Attention runs through `jax.nn.dot_product_attention` in query blocks (`attend`, config `model.attention_impl`,
+`model.attention_chunk`), and log-probs project to the vocabulary in blocks (`model.logits_chunk`), so neither a
+[T, S] score tensor nor a [T, V] logit tensor exists in training.
+
 A key/value cache (`KVCache`, [L, B, S, K, hd]) makes the same function serve prefill and one-token
-decoding: the T new keys are written at slot `cache_slot` for every row (rows are left-padded, so they stay
-aligned), and queries attend to every cache slot <= their own that `key_mask` marks valid.
+decoding: the T new keys are written at slot `cache_slot` for every row (left-padded rows stay aligned), or
+at per-row slots (rows of different lengths, multi-turn KV reuse), and queries attend to every valid cache
+slot <= their own.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import chex
@@ -115,8 +121,11 @@ def rope_tables(config: ModelConfig, positions: jax.Array) -> tuple[jax.Array, j
   return jnp.cos(ang), jnp.sin(ang)
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-  """softmax(q k^T / sqrt(hd), masked) v with grouped-query heads.
+def attend_reference(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """Dense softmax(q k^T / sqrt(hd), masked) v: the reference the memory-efficient path is tested against.
+
+  Materialises float32 scores [B, K, G, T, S]; use only for tests and short sequences (config
+  `model.attention_impl` = 'dense' selects it in the model).
 
   Args: q [B, T, H, hd]; k, v [B, S, K, hd] with H a multiple of K (query head h uses kv head h // (H/K));
     mask bool[B, T, S]. Scores and softmax in float32; a fully masked row gives a finite mean of v.
@@ -132,12 +141,88 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
   return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, h, hd)
 
 
+def slot_mask(q_slots: jax.Array, key_valid: jax.Array) -> jax.Array:
+  """bool[B, T, S]: query t (at key slot q_slots[b, t]) sees key s iff s <= q_slots[b, t] and key_valid[b, s]."""
+  s = jnp.arange(key_valid.shape[-1], dtype=jnp.int32)
+  return (s[None, None, :] <= q_slots[:, :, None]) & key_valid.astype(bool)[:, None, :]
+
+
+def _sdpa(q, k, v, q_slots, key_valid, implementation):
+  """jax.nn.dot_product_attention on one query block; the mask is built here, [B, 1, Tq, S] bool."""
+  mask = slot_mask(q_slots, key_valid)[:, None]
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, implementation=implementation)
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_valid: jax.Array, *,
+           implementation: str = "xla", chunk: int = 1024) -> jax.Array:
+  """Grouped-query attention in query blocks through `jax.nn.dot_product_attention`, without a [T, S] score tensor.
+
+  out[b, t] = softmax_s(q[b, t] . k[b, s] / sqrt(hd) over keys s <= q_slots[b, t] with key_valid[b, s]) v[b, s].
+  The T queries are processed in blocks of `chunk` (config `model.attention_chunk`); each block is one
+  `jax.nn.dot_product_attention` call (logits float32, probabilities in the model dtype: JAX's own numerics),
+  run one after another; a custom VJP keeps only q, k, v as residuals and the backward pass recomputes each
+  block's scores, so neither pass holds more than one block's scores [B, H, chunk, S]. The padding/causal mask
+  is built per block from q_slots and key_valid; no [B, T, S] mask exists either. Choice: every block reads all
+  S keys (static shapes), so a causal training pass does about twice the attention FLOPs of a kernel that skips
+  blocks above the diagonal; 'cudnn' on a GPU does skip them.
+
+  Args:
+    q: [B, T, H, hd] queries (rotary applied); k, v: [B, S, K, hd], H a multiple of K (GQA; JAX groups the
+      heads without copying k/v).
+    q_slots: i32[B, T] key index each query occupies (its own key slot).
+    key_valid: bool[B, S] keys that may be attended (real tokens, written cache slots).
+    implementation: 'xla' (any backend), 'cudnn' (NVIDIA GPUs, bf16/fp16; the flash kernel), None (JAX picks),
+      or 'dense' (attend_reference: float32 [B, K, G, T, S] scores); config `model.attention_impl`.
+    chunk: query block length; T <= chunk is one call.
+  Returns:
+    [B, T, H, hd] in q's dtype. A query that sees no key gets the mean of v (finite).
+  """
+  if implementation == "dense":
+    return attend_reference(q, k, v, slot_mask(q_slots, key_valid))
+  impl = None if implementation in (None, "auto") else implementation
+  if q.shape[1] <= chunk:
+    return _sdpa(q, k, v, q_slots, key_valid, impl)
+  return _blocked_attention(q, k, v, q_slots, key_valid, impl, chunk)
+
+
+def _blocks(q, k, v, q_slots, key_valid, impl, chunk):
+  """Query blocks one after another (lax.map), each recomputed in the backward pass (jax.checkpoint)."""
+  b, t, h, hd = q.shape
+  n = -(-t // chunk)
+  pad = n * chunk - t
+  qs = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(b, n, chunk, h, hd).swapaxes(0, 1)
+  ss = jnp.pad(q_slots, ((0, 0), (0, pad)), constant_values=-1).reshape(b, n, chunk).swapaxes(0, 1)
+  block = jax.checkpoint(functools.partial(_sdpa, implementation=impl))
+  out = jax.lax.map(lambda a: block(a[0], k, v, a[1], key_valid), (qs, ss))
+  return out.swapaxes(0, 1).reshape(b, n * chunk, h, hd)[:, :t]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _blocked_attention(q, k, v, q_slots, key_valid, impl, chunk):
+  return _blocks(q, k, v, q_slots, key_valid, impl, chunk)
+
+
+def _blocked_fwd(q, k, v, q_slots, key_valid, impl, chunk):
+  # Residuals are the inputs only: the scores are recomputed block by block in the backward pass. (A plain
+  # jax.checkpoint inside the layer scan was not enough: without layer remat the scan kept every block's scores.)
+  return _blocks(q, k, v, q_slots, key_valid, impl, chunk), (q, k, v, q_slots, key_valid)
+
+
+def _blocked_bwd(impl, chunk, res, g):
+  q, k, v, q_slots, key_valid = res
+  _, vjp = jax.vjp(lambda q, k, v: _blocks(q, k, v, q_slots, key_valid, impl, chunk), q, k, v)
+  return (*vjp(g), None, None)
+
+
+_blocked_attention.defvjp(_blocked_fwd, _blocked_bwd)
+
+
 class Attention(nn.Module):
   """Grouped-query self-attention with rotary embeddings and an optional slot-addressed KV cache."""
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, mask, layer_cache, cache_slot):
+  def __call__(self, x, cos, sin, key_valid, layer_cache, cache_slot):
     c = self.config
     dt, pdt = jnp.dtype(c.dtype), jnp.dtype(c.param_dtype)
     b, t, _ = x.shape
@@ -157,15 +242,23 @@ class Attention(nn.Module):
     q = q * cos_ + _rotate_half(q) * sin_
     kk = kk * cos_ + _rotate_half(kk) * sin_
 
-    if layer_cache is not None:
-      ck, cv = layer_cache
-      ck = jax.lax.dynamic_update_slice(ck, kk.astype(ck.dtype), (0, cache_slot, 0, 0))
-      cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, cache_slot, 0, 0))
-      keys, values, new_cache = ck.astype(dt), cv.astype(dt), (ck, cv)
-    else:
+    if layer_cache is None:
       keys, values, new_cache = kk, v, None
+      q_slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
+    else:
+      ck, cv = layer_cache
+      if cache_slot.ndim == 0:   # aligned rows: one contiguous write
+        ck = jax.lax.dynamic_update_slice(ck, kk.astype(ck.dtype), (0, cache_slot, 0, 0))
+        cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, cache_slot, 0, 0))
+        q_slots = jnp.broadcast_to(cache_slot + jnp.arange(t, dtype=jnp.int32)[None], (b, t))
+      else:                      # per-row slots i32[B, T]; out-of-range slots are dropped
+        rows = jnp.arange(b, dtype=jnp.int32)[:, None]
+        ck = ck.at[rows, cache_slot].set(kk.astype(ck.dtype), mode="drop")
+        cv = cv.at[rows, cache_slot].set(v.astype(cv.dtype), mode="drop")
+        q_slots = cache_slot
+      keys, values, new_cache = ck.astype(dt), cv.astype(dt), (ck, cv)
 
-    out = attend(q, keys, values, mask).reshape(b, t, h * hd)
+    out = attend(q, keys, values, q_slots, key_valid, implementation=c.attention_impl, chunk=c.attention_chunk).reshape(b, t, h * hd)
     out = proj("o_proj", c.hidden_size, c.o_bias)(out)
     return out, new_cache
 
@@ -193,11 +286,11 @@ class DecoderLayer(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, mask, cache_slot):
+  def __call__(self, x, layer_cache, cos, sin, key_valid, cache_slot):
     c = self.config
     dt, pdt = jnp.dtype(c.dtype), jnp.dtype(c.param_dtype)
     y = RMSNorm(c.rms_norm_eps, dt, pdt, name="input_norm")(x)
-    y, new_cache = Attention(c, name="attn")(y, cos, sin, mask, layer_cache, cache_slot)
+    y, new_cache = Attention(c, name="attn")(y, cos, sin, key_valid, layer_cache, cache_slot)
     x = x + y
     y = RMSNorm(c.rms_norm_eps, dt, pdt, name="post_attn_norm")(x)
     x = x + MLP(c, name="mlp")(y)
@@ -223,9 +316,11 @@ class Decoder(nn.Module):
     if not c.tie_embeddings:
       self.lm_head = self.param("lm_head", nn.initializers.normal(0.02), (c.hidden_size, c.vocab_size), pdt)
 
-  def __call__(self, tokens, positions, mask, cache=None, cache_slot=0):
-    """Args: tokens i32[B, T]; positions i32[B, T]; mask bool[B, T, S] (query t may see key s);
-    cache KVCache or None (then S = T); cache_slot i32[] first slot written.
+  def __call__(self, tokens, positions, key_valid, cache=None, cache_slot=0):
+    """Args: tokens i32[B, T]; positions i32[B, T] (rotary positions); key_valid bool[B, S] keys that exist
+    (real tokens / written cache slots); cache KVCache or None (then S = T and query t sees keys <= t);
+    cache_slot i32[] first slot written by all rows (query t sits at slot cache_slot + t), or i32[B, T] each
+    token's own slot (out-of-range slots are not written: padding). A query sees valid keys at slots <= its own.
     Returns: (hidden [B, T, D] after the final norm, new KVCache or None)."""
     c = self.config
     # mode='clip': an out-of-range id (e.g. a pad id of -1) must not produce NaN rows (the default 'fill'),
@@ -233,7 +328,7 @@ class Decoder(nn.Module):
     x = jnp.take(self.embed, tokens, axis=0, mode="clip").astype(jnp.dtype(c.dtype))
     cos, sin = rope_tables(c, positions)
     xs = None if cache is None else (cache.k, cache.v)
-    x, new = self.layers(x, xs, cos, sin, mask, jnp.asarray(cache_slot, jnp.int32))
+    x, new = self.layers(x, xs, cos, sin, key_valid.astype(bool), jnp.asarray(cache_slot, jnp.int32))
     x = self.final_norm(x)
     return x, (None if new is None else KVCache(*new))
 
@@ -257,8 +352,7 @@ def init_params(key: jax.Array, config: ModelConfig) -> Params:
   Real runs load a checkpoint (`common.lm.loading.load_params`) instead.
   """
   tokens = jnp.zeros((1, 1), jnp.int32)
-  mask = jnp.ones((1, 1, 1), bool)
-  return Decoder(config).init(key, tokens, tokens, mask)["params"]
+  return Decoder(config).init(key, tokens, tokens, jnp.ones((1, 1), bool))["params"]
 
 
 def abstract_params(config: ModelConfig) -> Params:
@@ -272,13 +366,6 @@ def positions_from_mask(mask: jax.Array) -> jax.Array:
   Matches transformers' generate: cumsum(mask) - 1, padding positions clipped to 0 (they are masked).
   """
   return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32), axis=-1) - 1, 0)
-
-
-def causal_mask(mask: jax.Array) -> jax.Array:
-  """bool[B, T, T]: query t sees key s iff s <= t and s is a real token."""
-  t = mask.shape[-1]
-  causal = jnp.tril(jnp.ones((t, t), bool))
-  return causal[None] & mask.astype(bool)[:, None, :]
 
 
 def hidden_states(params: Params, tokens: jax.Array, mask: jax.Array | None = None, *,
@@ -297,7 +384,7 @@ def hidden_states(params: Params, tokens: jax.Array, mask: jax.Array | None = No
   chex.assert_type(tokens, jnp.int32)
   if mask is None:
     mask = jnp.ones(tokens.shape, bool)
-  h, _ = Decoder(config).apply({"params": params}, tokens, positions_from_mask(mask), causal_mask(mask))
+  h, _ = Decoder(config).apply({"params": params}, tokens, positions_from_mask(mask), mask)
   return h
 
 
@@ -317,8 +404,10 @@ def token_logprobs(params: Params, tokens: jax.Array, mask: jax.Array | None = N
                    config: ModelConfig, temperature: float = 1.0) -> jax.Array:
   """Teacher-forced log-probabilities of each token given the ones before it.
 
-  out[b, t] = log softmax(logits[b, t - 1] / temperature)[tokens[b, t]] for t >= 1 with mask[b, t] = 1;
-  0 at t = 0 and at padding. This is the training-side twin of the sampler's log-probs (same temperature).
+  out[b, t] = log softmax(logits[b, t - 1] / temperature)[tokens[b, t]] for t >= 1 where mask[b, t] and
+  mask[b, t - 1] are 1; 0 at t = 0, at padding, and at the first real token after left padding (it has no
+  context, and its value would depend on how padding queries are blocked). This is the training-side twin of
+  the sampler's log-probs (same temperature).
 
   Args:
     params: parameter pytree.
@@ -331,27 +420,57 @@ def token_logprobs(params: Params, tokens: jax.Array, mask: jax.Array | None = N
   """
   if mask is None:
     mask = jnp.ones(tokens.shape, bool)
-  logits = forward(params, tokens, mask, config=config)[:, :-1] / jnp.asarray(temperature, jnp.float32)
-  # log p = logit[target] - logsumexp(logits); the target logit is picked with a fused compare-and-sum
-  # rather than a gather, so the backward pass has no scatter (which fails with batch-sharded indices
-  # under Explicit mesh axes, and is slow on CPU).
-  vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)
-  picked = jnp.sum(jnp.where(vocab == tokens[:, 1:, None], logits, 0.0), axis=-1)
-  tgt = picked - jax.nn.logsumexp(logits, axis=-1)
-  tgt = jnp.where(mask[:, 1:].astype(bool), tgt, 0.0)
+  h = hidden_states(params, tokens, mask, config=config)[:, :-1]
+  tgt = _target_logprobs(params, h, tokens[:, 1:], jnp.asarray(temperature, jnp.float32), config)
+  tgt = jnp.where(mask[:, 1:].astype(bool) & mask[:, :-1].astype(bool), tgt, 0.0)
   return jnp.concatenate([jnp.zeros_like(tgt[:, :1]), tgt], axis=1)
 
 
-def decode_step(params: Params, tokens: jax.Array, positions: jax.Array, mask: jax.Array,
-                cache: KVCache, cache_slot: jax.Array, *, config: ModelConfig) -> tuple[jax.Array, KVCache]:
-  """Run T new tokens through the cached decoder: (logits f32[B, T, V], updated cache).
+def _target_logprobs(params, hidden, targets, temperature, config: ModelConfig) -> jax.Array:
+  """f32[B, T] log softmax(hidden W_out / temperature)[targets], in blocks of config.logits_chunk positions.
+
+  Each block's logits f32[B, chunk, V] are made, reduced to (target logit, logsumexp) and dropped; under
+  jax.checkpoint the backward pass recomputes them, so no [B, T, V] tensor is ever held (at 32k tokens and
+  Qwen's 151,936-token vocabulary that would be 20 GB per sequence). The target logit is picked with a fused
+  compare-and-sum rather than a gather, so the backward pass has no scatter (which fails with batch-sharded
+  indices under Explicit mesh axes, and is slow on CPU).
+  """
+  def block(h, tg):
+    logits = project_logits(params, h, config=config) / temperature
+    vocab = jnp.arange(logits.shape[-1], dtype=jnp.int32)
+    picked = jnp.sum(jnp.where(vocab == tg[..., None], logits, 0.0), axis=-1)
+    return picked - jax.nn.logsumexp(logits, axis=-1)
+
+  b, t = targets.shape
+  chunk = config.logits_chunk
+  if not chunk or t <= chunk:
+    return block(hidden, targets)
+  n = -(-t // chunk)
+  pad = n * chunk - t
+  hp = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk, -1).swapaxes(0, 1)
+  tp = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk).swapaxes(0, 1)
+  out = jax.lax.map(lambda a: jax.checkpoint(block)(*a), (hp, tp))
+  return out.swapaxes(0, 1).reshape(b, n * chunk)[:, :t]
+
+
+def decode_step(params: Params, tokens: jax.Array, positions: jax.Array, key_valid: jax.Array,
+                cache: KVCache, cache_slot: jax.Array, *, config: ModelConfig,
+                last_only: bool = False) -> tuple[jax.Array, KVCache]:
+  """Run T new tokens through the cached decoder: (logits f32[B, T, V] or f32[B, V], updated cache).
 
   Args:
-    tokens, positions: i32[B, T]; mask bool[B, T, S]; cache KVCache with S slots;
-    cache_slot: i32[], slot of tokens[:, 0] (the T tokens fill slots cache_slot .. cache_slot + T - 1).
+    tokens, positions: i32[B, T] ids and rotary positions.
+    key_valid: bool[B, S] cache slots holding real keys once these tokens are written.
+    cache: KVCache with S slots.
+    cache_slot: i32[] slot of tokens[:, 0] for every row (the T tokens fill slots cache_slot ..
+      cache_slot + T - 1), or i32[B, T] the slot of each token (rows at different lengths: multi-turn KV
+      reuse; a slot >= S marks padding, which is not written). Each query sees the valid keys at slots <= its own.
+    last_only: return only the last position's logits f32[B, V] (prefill: no [B, T, V] tensor).
   """
   dec = Decoder(config)
-  h, cache = dec.apply({"params": params}, tokens, positions, mask, cache, cache_slot)
+  h, cache = dec.apply({"params": params}, tokens, positions, key_valid, cache, cache_slot)
+  if last_only:
+    h = h[:, -1]
   return dec.apply({"params": params}, h, method=Decoder.logits), cache
 
 

@@ -1,0 +1,244 @@
+"""Multi-turn KV reuse in LMSampler and chunked prefill: parity with a full re-prefill, prefill counts, rollback,
+continuous batching (more episodes than rows), the cache-length fallback."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common import rollout as rollout_lib
+from common.lm import sampler as sampler_lib
+from common.lm import sampling
+from common.lm import testing
+from common.lm.config import ModelConfig
+
+CONFIG = ModelConfig(family="qwen3", vocab_size=80, hidden_size=32, intermediate_size=64, num_layers=2,
+                     num_heads=4, num_kv_heads=2, head_dim=8, qk_norm=True, tie_embeddings=False)
+PARAMS = jax.tree_util.tree_map(jnp.asarray, testing.random_params(CONFIG, seed=2, std=0.3))
+N = 6                                  # max new tokens per turn
+STOPS = (3, 4, 5)                      # a few ids, so some responses stop early
+BUCKETS = (64,)                        # one prompt bucket for the re-prefill sampler and one cache length
+_logprobs = jax.jit(sampling.completion_logprobs, static_argnames=("config",))
+
+
+def _sampler(rows, *, kv_reuse, temperature=0.0, buckets=BUCKETS, **kw):
+  return sampler_lib.LMSampler(PARAMS, CONFIG, key=jax.random.key(7), rows=rows, max_new_tokens=N,
+                               temperature=temperature, stop_tokens=STOPS, pad_id=0, buckets=buckets,
+                               kv_reuse=kv_reuse, **kw)
+
+
+def _req(e, ctx, turn=0, max_new=N):
+  return rollout_lib.PolicyRequest(e, "task", 0, turn, list(ctx), max_new)
+
+
+def _tokens(rng, n):
+  return [int(x) for x in rng.integers(6, CONFIG.vocab_size, n)]
+
+
+def _teacher_forced(ctx, out, temperature):
+  """Log-probs of out.token_ids after ctx by a full forward pass (common.lm.sampling.completion_logprobs)."""
+  ids, mask = sampling.left_pad([ctx], length=64)
+  comp = np.zeros((1, N), np.int32)
+  comp[0, :len(out.token_ids)] = out.token_ids
+  cmask = np.arange(N)[None] < len(out.token_ids)
+  lp = _logprobs(PARAMS, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(comp), jnp.asarray(cmask),
+                 config=CONFIG, temperature=temperature)
+  return np.asarray(lp)[0, :len(out.token_ids)]
+
+
+def _schedule(rng):
+  """Episodes of a multi-turn run on 3 rows: e -> (first prompt, observations per later turn, max_new per turn).
+
+  e0: 4 turns; e1: finishes after 2 turns, e3 joins (its row) at tick 2; e2: 4 turns, a shorter limit once.
+  """
+  return {0: (_tokens(rng, 9), [_tokens(rng, n) for n in (4, 3, 5)], [N, N, N, N]),
+          1: (_tokens(rng, 17), [_tokens(rng, 6)], [N, N]),
+          2: (_tokens(rng, 4), [_tokens(rng, n) for n in (7, 2, 3)], [N, 3, N, N]),
+          3: (_tokens(rng, 12), [_tokens(rng, 5)], [N, N])}
+
+
+STARTS = {0: 0, 1: 0, 2: 0, 3: 2}       # the tick each episode's first request comes
+
+
+def _drive(policy, episodes, starts, ticks=4):
+  """The driver's lock-step loop: each tick, every live episode asks with its whole context; the response and
+  the next observation are appended. Returns [(tick, episode, context, output)]."""
+  ctx = {e: list(p) for e, (p, _, _) in episodes.items()}
+  turn = {e: 0 for e in episodes}
+  log = []
+  for tick in range(ticks):
+    live = [e for e in episodes if starts[e] <= tick and turn[e] < len(episodes[e][2])]
+    if not live:
+      break
+    reqs = [_req(e, ctx[e], turn[e], episodes[e][2][turn[e]]) for e in live]
+    outs = policy(reqs)
+    for e, r, o in zip(live, reqs, outs):
+      log.append((tick, e, list(r.token_ids), o))
+      if turn[e] < len(episodes[e][1]):
+        ctx[e] = ctx[e] + list(o.token_ids) + episodes[e][1][turn[e]]
+      turn[e] += 1
+  return log
+
+
+class KVReuseTest(parameterized.TestCase):
+
+  def test_multi_turn_parity_and_prefill_count(self):
+    episodes = _schedule(np.random.default_rng(0))
+    reuse, full = _sampler(3, kv_reuse=True), _sampler(3, kv_reuse=False)
+    got = _drive(reuse, episodes, STARTS)
+    want = _drive(full, episodes, STARTS)
+    self.assertEqual(len(got), 12)
+    self.assertTrue(any(len(o.token_ids) < N for *_, o in got))          # some responses stopped early
+    for (tick, e, ctx, o), (_, _, ctx2, o2) in zip(got, want):
+      self.assertEqual(ctx, ctx2)
+      self.assertEqual(o.token_ids, o2.token_ids, (tick, e))             # greedy: same tokens
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(ctx, o, 1.0), rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(o.logprobs, o2.logprobs, rtol=1e-5, atol=1e-5)
+    # Only the new tokens were prefilled: each episode's first prompt, then its observations.
+    new = sum(len(p) + sum(len(x) for x in obs) for p, obs, _ in episodes.values())
+    self.assertEqual(reuse.prefill_tokens, new)
+    self.assertEqual(full.prefill_tokens, sum(len(ctx) for _, _, ctx, _ in want))
+    self.assertEqual(reuse.reused_tokens, full.prefill_tokens - new)
+    # e3 joined the row e1 left (3 rows, 4 episodes).
+    self.assertEqual(sorted(reuse._episode_row), [0, 2, 3])
+    self.assertEqual(sorted(reuse._episode_row.values()), [0, 1, 2])
+    self.assertEqual(reuse.cache_bytes, 2 * 2 * 3 * 64 * 2 * 8 * 4)      # k, v [L=2, rows=3, S=64, K=2, hd=8] f32
+    self.assertEqual(full.cache_bytes, 0)
+    # Another rollout of the same shapes compiles nothing new (one program per suffix and cache bucket).
+    size = sampling._generate_cached_jit._cache_size()
+    _drive(_sampler(3, kv_reuse=True), _schedule(np.random.default_rng(9)), STARTS)
+    self.assertEqual(sampling._generate_cached_jit._cache_size(), size)
+
+  def test_sampled_logprobs_equal_full_reprefill(self):
+    episodes = _schedule(np.random.default_rng(1))
+    reuse = _sampler(3, kv_reuse=True, temperature=0.7, top_k=20)
+    for _, _, ctx, o in _drive(reuse, episodes, STARTS):
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(ctx, o, 0.7), rtol=1e-5, atol=1e-5)
+
+  def test_rollback_on_edited_context(self):
+    rng = np.random.default_rng(2)
+    prompts = [_tokens(rng, 10), _tokens(rng, 14)]
+    reuse = _sampler(2, kv_reuse=True)
+    first = reuse([_req(e, p) for e, p in enumerate(prompts)])
+    ctx = [p + list(o.token_ids) + _tokens(rng, 4) for p, o in zip(prompts, first)]
+    ctx[0][3] = (ctx[0][3] + 1 - 6) % (CONFIG.vocab_size - 6) + 6     # an earlier token edited
+    before = reuse.prefill_tokens
+    got = reuse([_req(e, c, 1) for e, c in enumerate(ctx)])
+    self.assertEqual(reuse.prefill_tokens - before, (len(ctx[0]) - 3) + 4)
+    fresh = _sampler(2, kv_reuse=False)([_req(e, c, 1) for e, c in enumerate(ctx)])
+    for c, o, f in zip(ctx, got, fresh):
+      self.assertEqual(o.token_ids, f.token_ids)
+      np.testing.assert_allclose(o.logprobs, f.logprobs, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(c, o, 1.0), rtol=1e-5, atol=1e-5)
+    # A context that is a strict prefix of the cached one (window mode's re-rendered prompt): only its last
+    # token is run again.
+    before = reuse.prefill_tokens
+    again = reuse([_req(1, ctx[1][:9], 2)])
+    self.assertEqual(reuse.prefill_tokens - before, 1)
+    self.assertEqual(again[0].token_ids, _sampler(1, kv_reuse=False)([_req(1, ctx[1][:9])])[0].token_ids)
+
+  def test_cache_grows_with_the_context(self):
+    rng = np.random.default_rng(7)
+    reuse = _sampler(1, kv_reuse=True, buckets=(32,))
+    ctx = _tokens(rng, 10)
+    for turn, obs in enumerate((30, 0)):
+      o = reuse([_req(0, ctx, turn)])[0]
+      self.assertEqual(reuse._blocks[0].k.shape[2], (32, 64)[turn])    # 10 + 6 -> 32; 46 + 6 -> 64
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(ctx, o, 1.0), rtol=1e-5, atol=1e-5)
+      ctx = ctx + list(o.token_ids) + _tokens(rng, obs)
+    self.assertEqual(reuse.prefill_tokens, 10 + 30)
+
+  def test_continuous_batching_equals_independent_runs(self):
+    rng = np.random.default_rng(3)
+    # 5 episodes through 2 rows: turns 3, 1, 2, 2, 1; a new one starts as soon as a row is free.
+    turns = [3, 1, 2, 2, 1]
+    episodes = {e: (_tokens(rng, 5 + 3 * e), [_tokens(rng, 3) for _ in range(t - 1)], [N] * t)
+                for e, t in enumerate(turns)}
+    reuse = _sampler(2, kv_reuse=True, chunk_rows=1)                    # two blocks of one row
+    ctx = {e: list(p) for e, (p, _, _) in episodes.items()}
+    turn, queue, live, got = {e: 0 for e in episodes}, list(episodes), [], {}
+    while queue or live:
+      while queue and len(live) < 2:
+        live.append(queue.pop(0))
+      outs = reuse([_req(e, ctx[e], turn[e]) for e in live])
+      for e, o in zip(list(live), outs):
+        got.setdefault(e, []).append((list(ctx[e]), o))
+        if turn[e] < len(episodes[e][1]):
+          ctx[e] = ctx[e] + list(o.token_ids) + episodes[e][1][turn[e]]
+        turn[e] += 1
+        if turn[e] == turns[e]:
+          live.remove(e)
+    self.assertLessEqual(len(reuse._episode_row), 2)
+    for e in episodes:   # each alone, through a re-prefill sampler
+      alone = _drive(_sampler(1, kv_reuse=False), {e: episodes[e]}, {e: 0}, ticks=turns[e])
+      self.assertLen(got[e], turns[e])
+      for (c, o), (_, _, c2, o2) in zip(got[e], alone):
+        self.assertEqual(c, c2)
+        self.assertEqual(o.token_ids, o2.token_ids)
+        np.testing.assert_allclose(o.logprobs, o2.logprobs, rtol=1e-5, atol=1e-5)
+
+  def test_release_shares_prefix_and_cache_len_fallback(self):
+    rng = np.random.default_rng(4)
+    prompt = _tokens(rng, 20)
+    reuse = _sampler(2, kv_reuse=True)
+    a = reuse([_req(0, prompt)])[0]
+    reuse.release(0)
+    self.assertEqual(reuse.cached_length(0), 0)
+    before = reuse.prefill_tokens
+    b = reuse([_req(1, prompt)])[0]                                       # same first prompt (a task's group)
+    self.assertEqual(reuse.prefill_tokens - before, 1)
+    self.assertEqual(a.token_ids, b.token_ids)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=1e-5, atol=1e-5)
+    # cache_len: a request needing more slots is served by a full re-prefill, equal to the plain sampler's.
+    capped = _sampler(2, kv_reuse=True, cache_len=32)
+    short, long = prompt[:8], prompt + _tokens(rng, 10)
+    got = capped([_req(0, short), _req(1, long)])
+    self.assertEqual(capped.prefill_tokens, len(short) + len(long))
+    self.assertEqual(capped.cached_length(1), 0)
+    self.assertEqual(capped.cached_length(0), len(short) + len(got[0].token_ids))
+    want = _sampler(2, kv_reuse=False)([_req(0, short), _req(1, long)])
+    for o, w in zip(got, want):
+      self.assertEqual(o.token_ids, w.token_ids)
+      np.testing.assert_allclose(o.logprobs, w.logprobs, rtol=1e-5, atol=1e-5)
+    with self.assertRaisesRegex(ValueError, "one episode"):
+      reuse([_req(3, prompt), _req(3, prompt)])
+
+
+class ChunkedPrefillTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(("greedy", 0.0), ("hot", 0.8))
+  def test_chunked_prefill_equals_one_block(self, temperature):
+    rng = np.random.default_rng(5)
+    ids, mask = sampling.left_pad([_tokens(rng, n) for n in (30, 7, 19)], length=32)
+    cfg = sampling.SamplingConfig(temperature=temperature)
+    outs = [sampling.generate(PARAMS, jnp.asarray(ids), jnp.asarray(mask), jax.random.key(1), config=CONFIG,
+                              max_new_tokens=N, sampling=cfg, stop_tokens=[-1], prefill_chunk=c)
+            for c in (0, 8, 12)]                                          # 12: P padded to 36
+    for o in outs[1:]:
+      np.testing.assert_array_equal(np.asarray(o.tokens), np.asarray(outs[0].tokens))
+      np.testing.assert_allclose(np.asarray(o.logprobs), np.asarray(outs[0].logprobs), rtol=1e-5, atol=1e-5)
+
+  def test_chunked_prefill_with_kv_reuse(self):
+    episodes = _schedule(np.random.default_rng(6))
+    one = _drive(_sampler(3, kv_reuse=True, prefill_chunk=0), episodes, STARTS)
+    chunked = _drive(_sampler(3, kv_reuse=True, prefill_chunk=4), episodes, STARTS)
+    for (*_, a), (*_, b) in zip(one, chunked):
+      self.assertEqual(a.token_ids, b.token_ids)
+      np.testing.assert_allclose(a.logprobs, b.logprobs, rtol=1e-5, atol=1e-5)
+
+
+class BenchmarkProbeTest(absltest.TestCase):
+
+  def test_time_multi_turn(self):
+    kw = dict(rows=2, turns=3, prompt_len=8, obs_len=4, max_new_tokens=4, warmup=False, buckets=BUCKETS)
+    with_reuse = sampler_lib.time_multi_turn(PARAMS, CONFIG, kv_reuse=True, **kw)
+    without = sampler_lib.time_multi_turn(PARAMS, CONFIG, kv_reuse=False, **kw)
+    self.assertEqual(with_reuse["generated_tokens"], 2 * 3 * 4)
+    self.assertEqual(with_reuse["context_tokens"], without["context_tokens"])
+    self.assertEqual(with_reuse["prefill_tokens"], 2 * (8 + 2 * 4))
+    self.assertGreater(without["prefill_tokens"], with_reuse["prefill_tokens"])
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -46,6 +46,14 @@ _REPORT_KEYS = {"planpo": ("runs", "table", "reference", "stats"),
                 "phgpo_compare": ("runs", "table", "reference", "stats", "seeds", "splits")}
 
 
+# Keys that change where and how fast a run computes, not what it computes (equal results up to float rounding):
+# a run may resume with other values, e.g. on another mesh (the checkpoint restores into the new shardings).
+_RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
+                "policy.attention_impl", "policy.attention_chunk", "policy.logits_chunk", "policy.remat",
+                "gspo.kv_reuse", "gspo.kv_cache_max_gb", "gspo.generate_batch_size", "rollout.kv_reuse",
+                "rollout.kv_cache_max_gb")
+
+
 def _split_list_overrides(config) -> None:
   """Splits a tuple-of-strings field given as one comma-separated flag value, in place, at any depth.
 
@@ -66,7 +74,8 @@ def _split_list_overrides(config) -> None:
 def _check_same_config(workdir: str, config, *, write: bool = True) -> None:
   """Refuses a workdir whose saved config differs: its checkpoints and results belong to that config.
 
-  Keys of _REPORT_KEYS[config.method] may differ (they select and summarise runs, not train them).
+  Keys of _REPORT_KEYS[config.method] may differ (they select and summarise runs, not train them), and so may
+  the keys of _RESUME_FREE (mesh, attention blocks, remat, KV reuse: where and how fast, not what).
   `write`: save config.json (only process 0 does, in a multi-process run).
 
   Raises:
@@ -78,7 +87,8 @@ def _check_same_config(workdir: str, config, *, write: bool = True) -> None:
     with open(path) as f:
       old = json.load(f)
     skip = _REPORT_KEYS.get(config.get("method", ""), ())
-    diffs = [d for d in _diff(old, new) if d.split(":")[0].split(".")[0] not in skip]
+    diffs = [d for d in _diff(old, new) if d.split(":")[0].split(".")[0] not in skip
+             and not d.split(":")[0].startswith(_RESUME_FREE)]
     if diffs:
       raise ValueError(
           f"--workdir {workdir} holds checkpoints and results of a different config:\n  "

@@ -43,6 +43,7 @@ import tqdm
 from common import checkpoint as ckpt_lib
 from common import metric_writer
 from common import provenance
+from common.lm import training
 from phgpo import classifier_rollout as rollout_lib
 from phgpo import curriculum
 from phgpo import data as data_lib
@@ -91,6 +92,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   non-negative integers), `reference` (a run name, or ''), `rl.sl_steps`, `rl.tis_cap`, the curriculum floors,
   `ablation.freeze_at` and `logging.pheromone_snapshots`.
   """
+  if config.policy.get("kind", "") == "lm":
+    training.check_scale_config(config.policy, config.get("mesh", None), model_key="policy")
   with config.unlocked():
     config.runs = _split_commas(config.runs)
     config.splits = _split_commas(config.splits)

@@ -145,7 +145,8 @@ def make_sampler(params, policy, *, key, rows: int, temperature: float, config) 
                    temperature=float(temperature),
                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
                    pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS,
-                   kv_reuse=kv_reuse(config, policy.model, rows))
+                   kv_reuse=kv_reuse(config, policy.model, rows),
+                   cache_len=int(config.rollout.max_context_tokens))   # bounds the cache: see kv_reuse
 
 
 def kv_reuse(config, model, rows: int) -> bool:

@@ -99,6 +99,7 @@ def check_config(config) -> None:
 
   A comma-separated string in `runs` (the flag --config.runs=grpo,planpo) is split into run names, in place.
   """
+  training.check_scale_config(config.policy, config.get("mesh", None), model_key="policy")
   if isinstance(config.runs, str) or any("," in str(r) for r in config.runs):
     runs = [config.runs] if isinstance(config.runs, str) else list(config.runs)
     config.runs = tuple(x.strip() for r in runs for x in str(r).split(",") if x.strip())

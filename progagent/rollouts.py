@@ -52,7 +52,8 @@ def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_
 
 def sampler_options(config, model=None, rows: int = 0) -> dict:
   """LMSampler keyword arguments from the config: kv_reuse = `gspo.kv_reuse` (default True: each episode's KV
-  cache is kept across turns and only new tokens are prefilled; common.lm.sampler), turned off with a warning
+  cache is kept across turns and only new tokens are prefilled; common.lm.sampler), cache rows capped at
+  `env.max_context_tokens` slots (cache_len), reuse turned off with a warning
   when `rows` rows x `env.max_context_tokens` slots of `model` would need more than `gspo.kv_cache_max_gb` GiB
   (0 = no limit): the published setting (512 rollouts x 32k tokens of an 8B model) would need terabytes."""
   reuse = bool(config.gspo.get("kv_reuse", True))
@@ -64,7 +65,9 @@ def sampler_options(config, model=None, rows: int = 0) -> dict:
                       "gspo.kv_cache_max_gb=%s; raise it, or lower gspo.tasks_per_step / env.max_context_tokens.",
                       rows, int(config.env.max_context_tokens), gib, config.gspo.get("kv_cache_max_gb", 32.0))
       reuse = False
-  return {"kv_reuse": reuse}
+  # cache rows are capped at the context limit, so rows x env.max_context_tokens bounds the cache (a request
+  # needing more falls back to a full re-prefill)
+  return {"kv_reuse": reuse, "cache_len": int(config.env.max_context_tokens)}
 
 
 def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:

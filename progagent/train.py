@@ -142,6 +142,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
   """Raises ValueError naming the config key of a bad value."""
+  training.check_scale_config(config.model, config.get("mesh", None), model_key="model")
   if config.mode not in harness.MODES:
     raise ValueError(f"config.mode must be one of {harness.MODES}, got {config.mode!r}")
   if config.runtime not in RUNTIMES:

@@ -379,5 +379,49 @@ class PiecesTest(parameterized.TestCase):
     del a, cfg
 
 
+class ScaleConfigTest(absltest.TestCase):
+  """Typos in the scale keys are refused by check_config (before the launcher writes the workdir); the scale
+  keys may change when a run resumes (another mesh, other attention blocks, KV reuse)."""
+
+  def test_bad_scale_keys_are_named(self):
+    from configs import planpo_twx
+    from configs import progagent_smoke
+    from planpo import train as planpo_train
+    from progagent import train as progagent_train
+    cases = [("model.attention_impl", "flash"), ("model.attention_chunk", 0), ("model.remat", "all"),
+             ("mesh.shape", (16, 1, 1)), ("mesh.shape", (0, 1, 1)), ("mesh.shape", (-1, -1, 1)),
+             ("mesh.shape", (2, 2))]
+    for key, value in cases:
+      c = progagent_smoke.get_config()
+      node, leaf = key.split(".")
+      with c.unlocked():
+        c[node][leaf] = value
+      with self.assertRaisesRegex(ValueError, key.replace(".", r"\.")):
+        progagent_train.check_config(c)
+    c = planpo_twx.get_config("smoke")
+    c.policy.attention_impl = "flash"
+    with self.assertRaisesRegex(ValueError, r"policy\.attention_impl"):
+      planpo_train.check_config(c)
+    progagent_train.check_config(progagent_smoke.get_config())   # the defaults pass
+
+  def test_scale_keys_may_change_on_resume(self):
+    import shutil
+    import tempfile
+    from configs import progagent_smoke
+    from experiments import train as launcher
+    d = tempfile.mkdtemp(prefix="scale_wd_")
+    self.addCleanup(shutil.rmtree, d, True)
+    launcher._check_same_config(d, progagent_smoke.get_config())
+    c = progagent_smoke.get_config()
+    with c.unlocked():
+      c.mesh.shape = (-1, 1, 1)
+      c.model.attention_chunk = 512
+      c.gspo.kv_reuse = False
+    launcher._check_same_config(d, c)
+    c.sft.learning_rate = 0.5
+    with self.assertRaisesRegex(ValueError, "sft.learning_rate"):
+      launcher._check_same_config(d, c)
+
+
 if __name__ == "__main__":
   absltest.main()

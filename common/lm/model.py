@@ -164,7 +164,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_val
   block's scores, so neither pass holds more than one block's scores [B, H, chunk, S]. The padding/causal mask
   is built per block from q_slots and key_valid; no [B, T, S] mask exists either. Choice: every block reads all
   S keys (static shapes), so a causal training pass does about twice the attention FLOPs of a kernel that skips
-  blocks above the diagonal; 'cudnn' on a GPU does skip them.
+  blocks above the diagonal. The mask is always passed explicitly (left padding and cache slots are not a plain
+  causal mask), so 'cudnn' does not skip them either (not measured here: no GPU).
 
   Args:
     q: [B, T, H, hd] queries (rotary applied); k, v: [B, S, K, hd], H a multiple of K (GQA; JAX groups the
@@ -177,6 +178,10 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_val
   Returns:
     [B, T, H, hd] in q's dtype. A query that sees no key gets the mean of v (finite).
   """
+  if chunk < 1:
+    raise ValueError(f"attend: chunk={chunk} must be >= 1 (config model.attention_chunk).")
+  if q.shape[2] % k.shape[2]:
+    raise ValueError(f"attend: {q.shape[2]} query heads are not a multiple of {k.shape[2]} key/value heads.")
   if implementation == "dense":
     return attend_reference(q, k, v, slot_mask(q_slots, key_valid))
   impl = None if implementation in (None, "auto") else implementation

@@ -62,7 +62,8 @@ def reuse_fits(model: ModelConfig, rows: int, context_tokens: int, max_gib: floa
   """(fits, GiB): whether a reuse cache of `rows` rows x `context_tokens` slots stays within max_gib GiB.
 
   GiB = rows x context_tokens x 2 (k and v) x layers x kv_heads x head_dim x bytes of the model dtype / 2**30,
-  the cache's size once every row has reached the context limit. max_gib <= 0 means no limit.
+  the cache's largest size when the sampler's cache_len is context_tokens (rows never grow past cache_len; the
+  trainers pass cache_len = the context limit). max_gib <= 0 means no limit.
   """
   per = 2 * model.num_layers * model.num_kv_heads * model.head_dim * jnp.dtype(model.dtype).itemsize
   gib = rows * context_tokens * per / 2 ** 30

@@ -77,6 +77,44 @@ def mesh_from_config(cfg: Any = None, *, devices: Sequence[Any] | None = None) -
   return sharding_lib.from_config(node, devices=devices)
 
 
+def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
+  """Validates the scale keys of a config before anything is written: the model node's attention_impl,
+  attention_chunk, logits_chunk, remat, dtype and param_dtype (where present) and `mesh.shape`.
+
+  Args:
+    model: the config node holding the model keys (ProgAgent `model`, PlanPO / PhGPO `policy`).
+    mesh: the `mesh` config node, or None.
+    model_key: that node's name, used in the messages.
+  Raises:
+    ValueError naming the key, the allowed values and the fix.
+  """
+  from common.lm import config as config_lib  # pylint: disable=g-import-not-at-top
+  get = (lambda k: model.get(k, None)) if hasattr(model, "get") else (lambda k: getattr(model, k, None))
+  allowed = {"attention_impl": config_lib.ATTENTION_IMPLS, "remat": config_lib.REMAT_POLICIES,
+             "dtype": ("float32", "bfloat16"), "param_dtype": ("float32", "bfloat16", "", None)}
+  for key, values in allowed.items():
+    v = get(key)
+    if v is not None and v not in values:
+      raise ValueError(f"config {model_key}.{key}={v!r} is not one of {tuple(x for x in values if x)}.")
+  for key, low in (("attention_chunk", 1), ("logits_chunk", 0)):
+    v = get(key)
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+      raise ValueError(f"config {model_key}.{key}={v!r} must be an integer >= {low}.")
+  if mesh is None:
+    return
+  shape = mesh.get("shape", DEFAULT_MESH_SHAPE) if hasattr(mesh, "get") else getattr(mesh, "shape")
+  shape = tuple(shape)
+  n = len(jax.devices())
+  if (len(shape) != 3 or any(not isinstance(x, int) or isinstance(x, bool) for x in shape)
+      or any(x == 0 or x < -1 for x in shape) or shape.count(-1) > 1):
+    raise ValueError(f"config mesh.shape={shape} must be 3 integers (data, fsdp, tensor), each >= 1 or one of "
+                     f"them -1 (= the remaining devices); this process sees {n} devices.")
+  fixed = math.prod(x for x in shape if x != -1)
+  if (-1 in shape and n % fixed) or (-1 not in shape and fixed > n):
+    raise ValueError(f"config mesh.shape={shape} does not fit the {n} devices this process sees; make the product "
+                     "of the sizes at most the device count (or divide it, with a -1).")
+
+
 def batch_shards(mesh: Mesh, rules: Any = None) -> int:
   """How many ways batch rows are split: the product of the mesh axes of the 'batch' rule (data x fsdp)."""
   axes = dict(sharding_lib.DEFAULT_RULES if rules is None else rules).get("batch", ())

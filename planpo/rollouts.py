@@ -31,7 +31,6 @@ import importlib
 import importlib.util
 from typing import Any, Sequence
 
-from absl import logging
 import numpy as np
 
 from common import env_pool
@@ -145,21 +144,10 @@ def make_sampler(params, policy, *, key, rows: int, temperature: float, config) 
                    temperature=float(temperature),
                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
                    pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS,
-                   kv_reuse=kv_reuse(config, policy.model, rows),
-                   cache_len=int(config.rollout.max_context_tokens))   # bounds the cache: see kv_reuse
-
-
-def kv_reuse(config, model, rows: int) -> bool:
-  """`rollout.kv_reuse`, turned off with a warning when `rows` x `rollout.max_context_tokens` slots would need more
-  than `rollout.kv_cache_max_gb` GiB of KV cache (common.lm.sampler.reuse_fits; 0 = no limit)."""
-  if not bool(config.rollout.get("kv_reuse", True)):
-    return False
-  limit = float(config.rollout.get("kv_cache_max_gb", 32.0))
-  fits, gib = sampler_lib.reuse_fits(model, rows, int(config.rollout.max_context_tokens), limit)
-  if not fits:
-    logging.warning("rollout.kv_reuse off: a KV cache of %d rows x %d tokens would need %.1f GiB, more than "
-                    "rollout.kv_cache_max_gb=%s.", rows, int(config.rollout.max_context_tokens), gib, limit)
-  return fits
+                   **sampler_lib.reuse_options(policy.model, enabled=config.rollout.get("kv_reuse", True), rows=rows,
+                                               context_tokens=int(config.rollout.max_context_tokens),
+                                               max_gib=float(config.rollout.get("kv_cache_max_gb", 32.0)),
+                                               key="rollout"))
 
 
 def run_rollouts(pool, sampler, chat, tasks: Sequence[str], *, config, group_size: int,

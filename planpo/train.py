@@ -170,11 +170,7 @@ def load_policy(config, corpus: Sequence[str], workdir: str | None = None) -> Po
       os.replace(tmp, kept)
       path = kept
   mesh, rules = mesh_of(config)
-  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, dtype=p.dtype, param_dtype=p.param_dtype,
-                                             remat=p.get("remat", "none"),
-                                             attention_impl=p.get("attention_impl", "xla"),
-                                             attention_chunk=int(p.get("attention_chunk", 1024)),
-                                             logits_chunk=int(p.get("logits_chunk", 1024)))
+  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, **training.model_overrides(p))
   if p.get("lora_rank", 0):
     cfg = cfg.with_lora(rank=int(p.lora_rank), alpha=float(p.lora_alpha), targets=tuple(p.lora_targets))
     params = lora_lib.add_adapters(jax.random.key(int(config.seeds[0]) + 7), params, cfg)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
-from absl import logging
 import numpy as np
 
 from common import chat as chat_lib
@@ -51,23 +50,17 @@ def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_
 
 
 def sampler_options(config, model=None, rows: int = 0) -> dict:
-  """LMSampler keyword arguments from the config: kv_reuse = `gspo.kv_reuse` (default True: each episode's KV
-  cache is kept across turns and only new tokens are prefilled; common.lm.sampler), cache rows capped at
-  `env.max_context_tokens` slots (cache_len), reuse turned off with a warning
-  when `rows` rows x `env.max_context_tokens` slots of `model` would need more than `gspo.kv_cache_max_gb` GiB
-  (0 = no limit): the published setting (512 rollouts x 32k tokens of an 8B model) would need terabytes."""
-  reuse = bool(config.gspo.get("kv_reuse", True))
-  if reuse and model is not None and rows:
-    fits, gib = sampler_lib.reuse_fits(model, rows, int(config.env.max_context_tokens),
-                                       float(config.gspo.get("kv_cache_max_gb", 32.0)))
-    if not fits:
-      logging.warning("gspo.kv_reuse off: a KV cache of %d rows x %d tokens would need %.1f GiB, more than "
-                      "gspo.kv_cache_max_gb=%s; raise it, or lower gspo.tasks_per_step / env.max_context_tokens.",
-                      rows, int(config.env.max_context_tokens), gib, config.gspo.get("kv_cache_max_gb", 32.0))
-      reuse = False
-  # cache rows are capped at the context limit, so rows x env.max_context_tokens bounds the cache (a request
-  # needing more falls back to a full re-prefill)
-  return {"kv_reuse": reuse, "cache_len": int(config.env.max_context_tokens)}
+  """LMSampler keyword arguments from the config (common.lm.sampler.reuse_options): kv_reuse = `gspo.kv_reuse`
+  (default True: each episode's KV cache is kept across turns and only new tokens are prefilled), cache rows
+  capped at `env.max_context_tokens` slots, reuse turned off with a warning when `rows` rows of `model` would
+  need more than `gspo.kv_cache_max_gb` GiB (0 = no limit): the published setting (512 rollouts x 32k tokens of
+  an 8B model) would need terabytes."""
+  g = config.gspo
+  if model is None:
+    return {"kv_reuse": bool(g.get("kv_reuse", True)), "cache_len": int(config.env.max_context_tokens)}
+  return sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
+                                   context_tokens=int(config.env.max_context_tokens),
+                                   max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo")
 
 
 def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:

@@ -268,11 +268,7 @@ def load_policy(config, task_ids: Sequence[str]) -> Policy:
                                            sizes=tiny_sizes(config),
                                            config_key="config.model.checkpoint")
   mesh, rules = mesh_of(config)
-  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, dtype=mc.dtype, param_dtype=mc.param_dtype,
-                                             remat=mc.get("remat", "none"),
-                                             attention_impl=mc.get("attention_impl", "xla"),
-                                             attention_chunk=int(mc.get("attention_chunk", 1024)),
-                                             logits_chunk=int(mc.get("logits_chunk", 1024)))
+  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, **training.model_overrides(mc))
   if mc.lora_rank:
     cfg = cfg.with_lora(rank=mc.lora_rank, alpha=mc.lora_alpha, targets=tuple(mc.lora_targets))
     params = lora_lib.add_adapters(jax.random.key(config.seed + 7), params, cfg)

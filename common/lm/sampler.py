@@ -43,6 +43,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -68,6 +69,24 @@ def reuse_fits(model: ModelConfig, rows: int, context_tokens: int, max_gib: floa
   per = 2 * model.num_layers * model.num_kv_heads * model.head_dim * jnp.dtype(model.dtype).itemsize
   gib = rows * context_tokens * per / 2 ** 30
   return (max_gib <= 0 or gib <= max_gib), gib
+
+
+def reuse_options(model: ModelConfig, *, enabled: bool, rows: int, context_tokens: int, max_gib: float,
+                  key: str) -> dict:
+  """LMSampler keyword arguments of a trainer: {'kv_reuse', 'cache_len'}.
+
+  Cache rows are capped at context_tokens slots (cache_len), so `reuse_fits` bounds the cache; reuse is turned
+  off, with a logged warning naming the config key prefix `key` (e.g. 'gspo', 'rollout'), when that bound
+  exceeds max_gib GiB (<= 0: no limit).
+  """
+  reuse = bool(enabled)
+  if reuse and rows:
+    fits, gib = reuse_fits(model, rows, int(context_tokens), float(max_gib))
+    if not fits:
+      logging.warning("%s.kv_reuse off: a KV cache of %d rows x %d tokens would need %.1f GiB, more than "
+                      "%s.kv_cache_max_gb=%s.", key, rows, int(context_tokens), gib, key, max_gib)
+      reuse = False
+  return {"kv_reuse": reuse, "cache_len": int(context_tokens)}
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:

@@ -77,6 +77,16 @@ def mesh_from_config(cfg: Any = None, *, devices: Sequence[Any] | None = None) -
   return sharding_lib.from_config(node, devices=devices)
 
 
+def model_overrides(model: Any) -> dict:
+  """ModelConfig fields a trainer's model node sets on a loaded checkpoint (loading.load_pretrained overrides):
+  dtype, param_dtype, remat, attention_impl, attention_chunk, logits_chunk, with the ModelConfig defaults for
+  absent keys (ProgAgent `model.*`, PlanPO `policy.*`)."""
+  get = model.get if hasattr(model, "get") else (lambda k, d=None: getattr(model, k, d))
+  return dict(dtype=get("dtype", "float32"), param_dtype=get("param_dtype", "float32"), remat=get("remat", "none"),
+              attention_impl=get("attention_impl", "xla"), attention_chunk=int(get("attention_chunk", 1024)),
+              logits_chunk=int(get("logits_chunk", 1024)))
+
+
 def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
   """Validates the scale keys of a config before anything is written: the model node's attention_impl,
   attention_chunk, logits_chunk, remat, dtype and param_dtype (where present) and `mesh.shape`.

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 from absl.testing import absltest
 
+import procs
 from configs import phgpo_traject
 from phgpo import classifier_rollout
 from phgpo import evaluation
@@ -116,7 +117,7 @@ class PhGPOTrainTest(absltest.TestCase):
     finally:
       envs.close()
     me = psutil.Process()
-    self.assertEqual([c for c in me.children(recursive=True) if "env_server" in " ".join(c.cmdline())], [])
+    self.assertEqual([c for c in me.children(recursive=True) if "env_server" in procs.cmdline(c)], [])
 
   def test_resume_equals_uninterrupted(self):
     c, p, comp = self.config, self.problem, self.compiled

@@ -20,6 +20,7 @@ from unittest import mock
 import psutil
 from absl.testing import absltest, parameterized
 
+import procs
 from progagent import kernel_launch
 from progagent import runtime as rt_lib
 from progagent import tool_proxy as tp
@@ -320,7 +321,7 @@ class EpisodeTest(absltest.TestCase):
           "no variable", "True False", "False False", "False False", "False False", "False False",
           "kernels visible 1",
           "started True"])
-      sleepers = [p for p in _descendants() if p.name() == "sleep" and p.cmdline()[1:] == ["600"]]
+      sleepers = [p for p in _descendants() if procs.cmdline(p) == "sleep 600"]
       self.assertLen(sleepers, 1)
       b_pids = {p.pid for p in _descendants()} - before - set(self._pids_of(a))
       self.assertIn(sleepers[0].pid, b_pids)

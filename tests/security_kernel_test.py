@@ -30,6 +30,7 @@ import psutil
 import pytest
 from absl.testing import absltest
 
+import procs
 from common import sandbox_cgroup
 from progagent import runtime as rt_lib
 from progagent import tool_proxy as tp
@@ -457,7 +458,7 @@ class KilledServerTest(absltest.TestCase):
   def _wait_started(self, pid, deadline_s=90):
     t0 = time.monotonic()
     while time.monotonic() - t0 < deadline_s:
-      kids = [c for c in psutil.Process(pid).children(recursive=True) if "ipykernel_launcher" in " ".join(c.cmdline())]
+      kids = [c for c in psutil.Process(pid).children(recursive=True) if "ipykernel_launcher" in procs.cmdline(c)]
       if kids and len(_owned_dirs(pid)) >= 2 and _cgroups_of(pid):
         time.sleep(1.0)
         return

@@ -18,6 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
+import procs
 from experiments import phgpo_plots
 from phgpo import analysis
 
@@ -197,6 +198,5 @@ def test_notebook_runs_top_to_bottom(smoke_run, monkeypatch):
   text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
   assert " 1. " in text and "->" in text and "PhGPO plan" in text, text[-3000:]
   assert sum("image/png" in o.get("data", {}) for o in outputs) == 2
-  left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
-          and p.status() != psutil.STATUS_ZOMBIE]
-  assert not left, f"kernel processes left behind: {[p.cmdline() for p in left]}"
+  left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and procs.alive(p)]
+  assert not left, f"kernel processes left behind: {[procs.cmdline(p) for p in left]}"

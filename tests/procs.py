@@ -12,3 +12,16 @@ def cmdline(proc: psutil.Process) -> str:
     return " ".join(proc.cmdline())
   except psutil.Error:
     return ""
+
+
+def alive(proc: "psutil.Process | int") -> bool:
+  """Whether `proc` (a process or a pid) still runs: False once it has exited, been reaped or is a zombie.
+
+  Checking `pid_exists` or `is_running` and then `status()` races with the process's exit: a process reaped
+  in between makes `status()` raise `psutil.NoSuchProcess`. Here that reads as "not alive".
+  """
+  try:
+    p = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+    return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False

@@ -56,7 +56,7 @@ def _backend():
 
 def _descendants():
   return [p for p in psutil.Process().children(recursive=True)
-          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+          if procs.alive(p)]
 
 
 def _workspace(test):
@@ -328,8 +328,7 @@ class EpisodeTest(absltest.TestCase):
       self.assertIn(b.kernel_pid, b_pids)
     # the episode ended: none of its processes is left, and the other episode still works
     time.sleep(0.2)
-    alive = [p for p in b_pids if psutil.pid_exists(p)
-             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in b_pids if procs.alive(p)]
     self.assertEqual(alive, [])
     self.assertFalse(os.path.exists(b.scratch_dir))
     self.assertEqual(os.listdir(ws_b), [])
@@ -357,8 +356,7 @@ class EpisodeTest(absltest.TestCase):
       self.assertTrue(r.error.startswith("KernelRestarted"), r.error)
       self.assertIn("variables", r.output)
       self.assertIn("lost", r.output)
-      self.assertFalse(psutil.pid_exists(old_pid) and
-                       psutil.Process(old_pid).status() != psutil.STATUS_ZOMBIE)
+      self.assertFalse(procs.alive(old_pid))
       after = rt.run("print('kept' in dir(), open('/workspace/f.txt').read(), "
                      "open('/tmp/t.txt').read(), tools['greet'](name='z'))")
       self.assertIsNone(after.error, after.output)
@@ -453,8 +451,7 @@ class McpServerTest(absltest.TestCase):
     self.assertIn("RuntimeError: server says no", second.structured_content["error"])
     self.assertGreaterEqual(len(seen["running"]), 3)  # server, bwrap, kernel
     time.sleep(0.3)
-    left = [p for p in seen["running"] if psutil.pid_exists(p)
-            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    left = [p for p in seen["running"] if procs.alive(p)]
     self.assertEqual(left, [])
 
 

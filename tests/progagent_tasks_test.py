@@ -13,6 +13,7 @@ import threading
 from absl.testing import absltest
 from absl.testing import parameterized
 
+import procs
 from common import env_server
 from common import tool_wire
 from progagent import audit
@@ -338,7 +339,7 @@ class ProgEnvTest(absltest.TestCase):
   def test_kernel_runtime_stops_with_the_episode(self):
     import psutil
     kids = lambda: {p.pid for p in psutil.Process().children(recursive=True)
-                    if p.status() != psutil.STATUS_ZOMBIE}
+                    if procs.alive(p)}
     before = kids()
     env = self.env(mode="ptc", runtime="kernel")
     env.reset(self.TASK, 0)

@@ -18,6 +18,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import psutil
 
+import procs
 from progagent import teacher
 from progagent import teacher_client
 from progagent import teacher_stats
@@ -358,7 +359,7 @@ class CollectTest(TeacherTestBase):
 
 def _live_children():
   return [p for p in psutil.Process().children(recursive=True)
-          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+          if procs.alive(p)]
 
 
 class NativeProtocolTest(TeacherTestBase):

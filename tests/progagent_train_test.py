@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import psutil
 
+import procs
 from common import checkpoint as ckpt_lib
 from common import metric_writer
 from common import rollout as rollout_lib
@@ -269,7 +270,7 @@ class FormatAndRolloutTest(absltest.TestCase):
       self.assertIn("41", t.turns[0].observation)
       self.assertIn("42", t.turns[1].observation)   # state kept between programs
     left = [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            if procs.alive(p)]
     self.assertEqual(left, [])
 
   def test_config_errors(self):

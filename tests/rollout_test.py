@@ -16,6 +16,7 @@ import numpy as np
 import psutil
 from absl.testing import absltest
 
+import procs
 from common import trajectory as traj_lib
 from common.env_client import EnvSpec, InProcessEnv
 from common.envs.base import StepResult, ToolEnv
@@ -34,7 +35,7 @@ def _call(name, **arguments):
 
 def _descendants():
   return [p for p in psutil.Process().children(recursive=True)
-          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+          if procs.alive(p)]
 
 
 class Recorder:
@@ -132,7 +133,7 @@ class RolloutDriverTest(absltest.TestCase):
     self.assertEqual(self.driver.stats["restarts"], 4)  # 2 kills + 2 stops
     self.assertEqual(self.driver.stats["terminations"]["env_error"], 4)
     for pid in self.rec.killed:
-      self.assertFalse(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+      self.assertFalse(procs.alive(pid))
 
   def test_turn_limit(self):
     for t in self.by_task["loop"]:
@@ -147,7 +148,7 @@ class RolloutDriverTest(absltest.TestCase):
   def test_no_process_left_after_close(self):
     self.assertEqual(self.left, [])
     for pid in self.live_pids:
-      self.assertFalse(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+      self.assertFalse(procs.alive(pid))
     for d in self.cgroup_dirs:
       self.assertFalse(os.path.exists(d), msg=d)
 

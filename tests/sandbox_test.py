@@ -21,6 +21,7 @@ from unittest import mock
 import psutil
 from absl.testing import absltest
 
+import procs
 from common import sandbox as sb
 from common.env_client import EnvClient, EnvSpec
 from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
@@ -43,8 +44,7 @@ def _call(name, **arguments):
 
 
 def _descendants():
-  return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-          and p.status() != psutil.STATUS_ZOMBIE]
+  return [p for p in psutil.Process().children(recursive=True) if procs.alive(p)]
 
 
 class FakeCgroupDetectionTest(absltest.TestCase):

@@ -49,6 +49,7 @@ import uuid
 import psutil
 from absl.testing import absltest
 
+import procs
 from common import sandbox as sb
 from common.env_client import EnvClient, EnvError, EnvSpec
 from common.env_pool import WorkerPool
@@ -130,7 +131,7 @@ def attack_spec(**kw):
 
 def _descendants():
   return {p.pid for p in psutil.Process().children(recursive=True)
-          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+          if procs.alive(p)}
 
 
 def _with_marker(marker):
@@ -149,7 +150,7 @@ def _wait_gone(pids, deadline_s=10.0):
   deadline = time.monotonic() + deadline_s
   left = set(pids)
   while left and time.monotonic() < deadline:
-    left = {p for p in left if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+    left = {p for p in left if procs.alive(p)}
     time.sleep(0.05)
   return left
 

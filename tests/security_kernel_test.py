@@ -44,7 +44,7 @@ SANDBOX_UID = 65534
 
 def _descendants():
   return {p.pid for p in psutil.Process().children(recursive=True)
-          if p.is_running() and p.status() != psutil.STATUS_ZOMBIE}
+          if procs.alive(p)}
 
 
 def _file_backend(ws):

@@ -20,6 +20,7 @@ import time
 import psutil
 from absl.testing import absltest
 
+import procs
 from common import sandbox as sb
 from common import sandbox_guard
 
@@ -358,7 +359,7 @@ class CleanupTest(absltest.TestCase):
       self.assertFalse(os.path.exists(p), p)
       self.assertIn(p, removed)
     time.sleep(0.2)
-    self.assertFalse(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    self.assertFalse(procs.alive(pid))
 
   def test_env_log_is_named_by_owner_and_swept(self):
     # Before: agentrl-env-XXXX.log carried no pid, and a SIGKILLed owner's log stayed forever.
@@ -408,7 +409,7 @@ class CleanupTest(absltest.TestCase):
         """)
     time.sleep(0.3)
     left = [p for p in psutil.Process().children(recursive=True)
-            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            if p.pid not in before and procs.alive(p)]
     self.assertEqual(left, [])
 
 

@@ -11,6 +11,7 @@ import time
 import psutil
 from absl.testing import absltest
 
+import procs
 from common.env_client import EnvSpec
 from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
 from common import windowed as win_lib
@@ -166,7 +167,7 @@ class TwxSandboxedTest(absltest.TestCase):
   def tearDownClass(cls):
     cls.pool.close()
     left = [p for p in psutil.Process().children(recursive=True)
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+            if procs.alive(p)]
     assert not left, f"processes left behind: {left}"
 
   def test_gold_replay_through_sandbox(self):

@@ -22,7 +22,8 @@ import time
 
 from benchmarks import _cli
 from common.env_client import EnvSpec
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 WORKERS = (1, 2, 4)

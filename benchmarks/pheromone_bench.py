@@ -34,6 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import _cli
+from phgpo import edges
+from phgpo import memory_bank
 from phgpo import pheromone as ph
 from phgpo import sampling
 
@@ -69,7 +71,7 @@ def _jax_fns(n: int, fused: bool):
 
   def sample_episode(state, key, logits, task, template_mask):
     keys, task_ids = task
-    sim = ph.bank_similarity(keys, keys[task_ids]) if fused else None  # constant over the episode
+    sim = memory_bank.bank_similarity(keys, keys[task_ids]) if fused else None  # constant over the episode
 
     def step(prev, xs):
       lg, k = xs
@@ -81,7 +83,7 @@ def _jax_fns(n: int, fused: bool):
       # Effective tau_arg rows of the chosen tools only (O(B Tm)); row b is rollout b's tool.
       arg = ph.arg_rows(state, tools, tau_min=HP["tau_min"])
       row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0]), -1)
-      tmpl = sampling.sample_templates(k2, arg, ph.take_rows(template_mask, tools), row_of)
+      tmpl = sampling.sample_templates(k2, arg, edges.take_rows(template_mask, tools), row_of)
       return tools, (tools, tmpl)
 
     prev0 = jnp.full((logits.shape[1],), n, jnp.int32)

@@ -31,7 +31,8 @@ import tempfile
 import time
 
 from benchmarks import _cli
-from common.env_client import EnvClient, EnvSpec, StepResult
+from common.env_client import EnvClient, EnvSpec
+from common.envs.base import StepResult
 from common.sandbox import SandboxConfig
 from progagent import tool_proxy
 from progagent.runtime import ProgramRuntime

@@ -30,6 +30,7 @@ from benchmarks import _cli
 from configs import progagent as progagent_config
 from progagent import evaluation
 from progagent import sft_data
+from progagent import tasks as tasks_lib
 from progagent import train
 
 MODES = ("dtc", "ptc")
@@ -58,7 +59,7 @@ def run(quick: bool = False) -> dict:
   out: dict = {"tasks": list(c.tasks), "seeds": list(c.eval.seeds), "samples": c.eval.samples, "levels": {},
                "ratios": {}}
   try:
-    task_ids = train.select_tasks(tuple(c.tasks))
+    task_ids = tasks_lib.select_tasks(tuple(c.tasks))
     policy = train.load_policy(c, task_ids)
     t0 = time.perf_counter()
     examples = sft_data.sft_examples(c, policy.chat, task_ids, cache_dir=cache)

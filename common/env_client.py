@@ -31,9 +31,10 @@ import signal
 import sys
 from typing import Any, Callable, NamedTuple
 
-from common.envs.base import StepResult  # noqa: F401  (re-exported)
-from common import timeouts
 from common import sandbox_guard
+from common import timeouts
+from common.envs.base import StepResult
+from common.mcp_process import EnvError, LoopThread, McpProcess, result_payload
 from common.sandbox import Sandbox, SandboxConfig
 
 _log = logging.getLogger(__name__)
@@ -55,9 +56,6 @@ class EnvSpec(NamedTuple):
   ro_paths: tuple[str, ...] = ()
   env: tuple[tuple[str, str], ...] = ()
   start_timeout_s: float = 120.0
-
-
-from common.mcp_process import EnvError, LoopThread, McpProcess, _result_payload  # noqa: F401,E402  (re-exported)
 
 
 class EnvClient:
@@ -87,7 +85,7 @@ class EnvClient:
                            env=tuple(sandbox.env) + tuple(spec.env))
     self.sandbox = Sandbox(cfg)
     self.closed = False
-    # agentrl-env-<pid>-*.log: swept by common.sandbox.sweep_stale once this process is gone.
+    # agentrl-env-<pid>-*.log: swept by common.sandbox_cgroup.sweep_stale once this process is gone.
     self.stderr_path = sandbox_guard.owned_tempfile("env", suffix=".log")
     argv = [sys.executable, "-m", "common.env_server", "--factory", spec.factory,
             "--kwargs", json.dumps(spec.kwargs)]
@@ -252,7 +250,7 @@ class EnvClient:
       if e.reason == "crash":
         raise EnvError("crash", e.detail + self._limit_note(), exit_code=e.exit_code) from None
       raise
-    text, structured, is_error = _result_payload(res)
+    text, structured, is_error = result_payload(res)
     if is_error:
       raise EnvError("env_exception", structured.get("exception", text))
     return structured
@@ -385,8 +383,8 @@ class InProcessEnv:
 
   def tools(self):
     """The environment's current tool list (read live: a ToolEnv's tools may depend on its task)."""
-    from common.env_server import _tool_entry
-    return [dict(_tool_entry(t)) for t in self._host.env.tools()]
+    from common.env_server import tool_entry
+    return [dict(tool_entry(t)) for t in self._host.env.tools()]
 
   def _run(self, name, args, post: Callable):
     def f():

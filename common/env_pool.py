@@ -20,7 +20,8 @@ import time
 from typing import Any, Callable
 
 from common import timeouts
-from common.env_client import EnvClient, EnvSpec, InProcessEnv, LoopThread
+from common.env_client import EnvClient, EnvSpec, InProcessEnv
+from common.mcp_process import LoopThread
 from common.sandbox import SandboxConfig
 
 _log = logging.getLogger(__name__)

@@ -90,7 +90,8 @@ def _jsonable(x: Any) -> Any:
   return json.loads(json.dumps(x, default=str))
 
 
-def _tool_entry(d: dict) -> dict:
+def tool_entry(d: dict) -> dict:
+  """An MCP tool entry {name, description, inputSchema} from a ToolEnv tool dict (input_schema or inputSchema)."""
   schema = d.get("inputSchema", d.get("input_schema")) or {"type": "object"}
   return {"name": d["name"], "description": d.get("description", ""), "inputSchema": schema}
 
@@ -125,7 +126,7 @@ class EnvHost:
 
   def __init__(self, env: Any):
     self.env = env
-    self.env_tools = [_tool_entry(t) for t in env.tools()]
+    self.env_tools = [tool_entry(t) for t in env.tools()]
     names = {t["name"] for t in self.env_tools}
     clash = names.intersection(CONTROL_TOOLS)
     if clash:

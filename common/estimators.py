@@ -5,7 +5,7 @@ A batch holds N rollouts; rollout i belongs to the group (task) `group_ids[i]`, 
 drops rollouts (padding, failed environment calls): a masked rollout gets advantage 0 and does not
 count in its group's statistics. Every function here is pure, takes `num_groups` as a static Python
 int, and works unchanged with the batch axis sharded over a device mesh with Auto or Explicit axes
-(see `common/sharding.py`).
+(see `common/lm/sharding.py`; the per-row primitives are `common/rows.py`).
 
 Numerics. Group statistics are computed on rewards shifted by their group's minimum (a shift that
 cancels exactly in every estimator, held out of the gradient with `stop_gradient`). Consequently a
@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common import rows
+
 ESTIMATORS = ("grpo", "drgrpo", "rloo")
 
 
@@ -33,36 +35,6 @@ class _Moments(NamedTuple):
   std: jax.Array  # f32[G] group std with the requested ddof (0 when count <= ddof).
   dev: jax.Array  # f32[N] r_i - mean_g for valid rollouts, exactly 0 for masked ones.
   valid: jax.Array  # bool[N] the mask as booleans.
-
-
-# -------------------------------------------------------------------------------------------------
-# Sharding-aware scatter/gather. Under a mesh with Explicit axes (inside `jax.set_mesh`), a scatter
-# or a gather whose indices are sharded must name its output sharding; under Auto axes or no mesh,
-# XLA chooses. The group tables are tiny (G entries), so they are replicated; per-rollout results
-# keep the sharding of `group_ids`.
-
-
-def _explicit_mesh() -> bool:
-  mesh = jax.sharding.get_abstract_mesh()
-  return (not mesh.empty) and any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
-
-
-def _segment_sum(data, segment_ids, num_segments):
-  out_sharding = jax.sharding.PartitionSpec() if _explicit_mesh() else None
-  return jax.ops.segment_sum(data, segment_ids, num_segments=num_segments,
-                             out_sharding=out_sharding)
-
-
-def _segment_min(data, segment_ids, num_segments):
-  out_sharding = jax.sharding.PartitionSpec() if _explicit_mesh() else None
-  return jax.ops.segment_min(data, segment_ids, num_segments=num_segments,
-                             out_sharding=out_sharding)
-
-
-def _gather(table, ids):
-  if _explicit_mesh():
-    return table.at[ids].get(out_sharding=jax.typeof(ids).sharding)
-  return table[ids]
 
 
 # -------------------------------------------------------------------------------------------------
@@ -101,45 +73,22 @@ def _check_inputs(values, group_ids, mask, num_groups):
           f"where out-of-range ids are silently dropped.)")
 
 
-def _as_valid(mask, like):
-  if mask is None:
-    return jnp.ones(jnp.shape(like), dtype=bool)
-  mask = jnp.asarray(mask)
-  return mask if mask.dtype == jnp.bool_ else mask != 0
-
-
-def _float_dtype(x):
-  return jnp.promote_types(jnp.asarray(x).dtype, jnp.float32)
-
-
-def _safe_sqrt(x):
-  """sqrt with a finite gradient at 0 (the gradient there is set to 0)."""
-  positive = x > 0
-  return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1.0)), 0.0)
-
-
-def _safe_div(num, den):
-  """num / den where den > 0, else 0; no NaN or inf in value or gradient."""
-  positive = den > 0
-  return jnp.where(positive, num / jnp.where(positive, den, 1.0), 0.0)
-
-
 def _moments(values, group_ids, num_groups, mask, ddof) -> _Moments:
   """Shifted two-pass group moments; see the module docstring."""
-  dtype = _float_dtype(values)
-  valid = _as_valid(mask, values)
+  dtype = rows.float_dtype(values)
+  valid = rows.as_valid(mask, values)
   # Double-where: NaN/inf in masked positions never reaches an arithmetic op (value or gradient).
   v = jnp.where(valid, jnp.asarray(values, dtype), 0.0)
-  count = _segment_sum(valid.astype(dtype), group_ids, num_groups)
+  count = rows.segment_sum(valid.astype(dtype), group_ids, num_groups)
   big = jnp.asarray(jnp.inf, dtype)
-  gmin = _segment_min(jnp.where(valid, v, big), group_ids, num_groups)
+  gmin = rows.segment_min(jnp.where(valid, v, big), group_ids, num_groups)
   shift = jax.lax.stop_gradient(jnp.where(count > 0, gmin, 0.0))
-  centered = jnp.where(valid, v - _gather(shift, group_ids), 0.0)
-  cmean = _safe_div(_segment_sum(centered, group_ids, num_groups), count)
-  dev = jnp.where(valid, centered - _gather(cmean, group_ids), 0.0)
-  sum_sq = _segment_sum(dev * dev, group_ids, num_groups)
-  var = _safe_div(sum_sq, count - ddof)
-  return _Moments(count=count, mean=shift + cmean, std=_safe_sqrt(var), dev=dev, valid=valid)
+  centered = jnp.where(valid, v - rows.gather(shift, group_ids), 0.0)
+  cmean = rows.safe_div(rows.segment_sum(centered, group_ids, num_groups), count)
+  dev = jnp.where(valid, centered - rows.gather(cmean, group_ids), 0.0)
+  sum_sq = rows.segment_sum(dev * dev, group_ids, num_groups)
+  var = rows.safe_div(sum_sq, count - ddof)
+  return _Moments(count=count, mean=shift + cmean, std=rows.safe_sqrt(var), dev=dev, valid=valid)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -210,7 +159,7 @@ def grpo_advantages(rewards, group_ids, *, num_groups, mask=None, eps=1e-6, ddof
   _check_static(num_groups, ddof, eps)
   _check_inputs(rewards, group_ids, mask, num_groups)
   m = _moments(rewards, group_ids, num_groups, mask, ddof)
-  adv = _safe_div(m.dev, _gather(m.std, group_ids) + eps)
+  adv = rows.safe_div(m.dev, rows.gather(m.std, group_ids) + eps)
   return jnp.where(m.valid, adv, 0.0)
 
 
@@ -270,8 +219,8 @@ def rloo_advantages(rewards, group_ids, *, num_groups, mask=None):
   _check_static(num_groups, 0)
   _check_inputs(rewards, group_ids, mask, num_groups)
   m = _moments(rewards, group_ids, num_groups, mask, 0)
-  n = _gather(m.count, group_ids)
-  return _safe_div(n * m.dev, n - 1.0)
+  n = rows.gather(m.count, group_ids)
+  return rows.safe_div(n * m.dev, n - 1.0)
 
 
 def compute_advantages(estimator: str, rewards, group_ids, *, num_groups, mask=None, eps=1e-6,

@@ -30,7 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import estimators
-from common.estimators import _as_valid, _float_dtype, _gather, _segment_min, _segment_sum
+from common.rows import (as_valid, check_choice, check_int, check_range, check_rows, float_dtype, gather,
+                         segment_min, segment_sum)
 
 NORMS = ("std", "none")
 STATS_OVER = ("rollouts", "turns")
@@ -42,48 +43,6 @@ class GiGPOAdvantages(NamedTuple):
   episode: jax.Array  # A_episode: the rollout's episode reward normalised within its task.
   step: jax.Array  # A_step: the discounted step return normalised within its anchor step group.
   returns: jax.Array  # the discounted step return R_t of the row.
-
-
-# -------------------------------------------------------------------------------------------------
-# Validation.
-
-
-def _check_int(name, value, minimum=1):
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-    raise ValueError(f"{name} must be a Python int >= {minimum} (static under jit: pass it with "
-                     f"static_argnames), got {value!r}.")
-
-
-def _check_choice(name, value, choices, key):
-  if value not in choices:
-    raise ValueError(f"Unknown {name} {value!r}; valid values are "
-                     f"{', '.join(repr(c) for c in choices)} (config key `{key}`).")
-
-
-def _check_range(name, ids, upper):
-  """Checks ids in [0, upper) when concrete (under jit an out-of-range id is silently dropped)."""
-  if not isinstance(ids, jax.core.Tracer):
-    a = np.asarray(ids)
-    if a.size and (a.min() < 0 or a.max() >= upper):
-      raise ValueError(f"{name} must lie in [0, {upper}), got values in [{a.min()}, {a.max()}]. "
-                       f"(Not checked under jit, where out-of-range ids are silently dropped.)")
-
-
-def check_rows(values, ids, mask=None):
-  """Checks a per-row layout: `values` float rank-1 arrays, `ids` int rank-1 arrays, equal shapes.
-
-  Args:
-    values: sequence of f32[R] arrays.
-    ids: sequence of i32[R] arrays.
-    mask: optional bool[R].
-
-  Raises:
-    AssertionError: wrong rank, dtype or shape (at trace time).
-  """
-  chex.assert_rank(list(values) + list(ids), 1)
-  chex.assert_type(list(values), float)
-  chex.assert_type(list(ids), int)
-  chex.assert_equal_shape(list(values) + list(ids) + ([] if mask is None else [mask]))
 
 
 # -------------------------------------------------------------------------------------------------
@@ -107,11 +66,11 @@ def rollout_table(values, rollout_ids, *, num_rollouts, mask=None):
     (value f32[num_rollouts], turns f32[num_rollouts]); a rollout with no real row has value 0 and
     turns 0. Both replicated under a mesh.
   """
-  dtype = _float_dtype(values)
-  valid = _as_valid(mask, values)
-  turns = _segment_sum(valid.astype(dtype), rollout_ids, num_rollouts)
+  dtype = float_dtype(values)
+  valid = as_valid(mask, values)
+  turns = segment_sum(valid.astype(dtype), rollout_ids, num_rollouts)
   v = jnp.where(valid, jnp.asarray(values, dtype), jnp.inf)
-  value = _segment_min(v, rollout_ids, num_rollouts)
+  value = segment_min(v, rollout_ids, num_rollouts)
   return jnp.where(turns > 0, value, 0.0), turns
 
 
@@ -148,13 +107,13 @@ def episode_advantages(values, group_ids, rollout_ids, *, num_groups, num_rollou
     ValueError: bad static ints or switches; ids out of range (only when concrete).
     AssertionError: wrong rank, shape or dtype (at trace time).
   """
-  _check_int("num_groups", num_groups)
-  _check_int("num_rollouts", num_rollouts)
-  _check_choice("stats_over", stats_over, STATS_OVER, "gigpo.stats_over")
-  _check_choice("norm", norm, NORMS, "gigpo.norm")
+  check_int("num_groups", num_groups)
+  check_int("num_rollouts", num_rollouts)
+  check_choice("stats_over", stats_over, STATS_OVER, "gigpo.stats_over")
+  check_choice("norm", norm, NORMS, "gigpo.norm")
   check_rows([values], [group_ids, rollout_ids], mask)
-  _check_range("rollout_ids", rollout_ids, num_rollouts)
-  valid = _as_valid(mask, values)
+  check_range("rollout_ids", rollout_ids, num_rollouts)
+  valid = as_valid(mask, values)
 
   def normalise(v, g, m):
     if norm == "std":
@@ -165,10 +124,10 @@ def episode_advantages(values, group_ids, rollout_ids, *, num_groups, num_rollou
     return normalise(values, group_ids, valid)
   value, turns = rollout_table(values, rollout_ids, num_rollouts=num_rollouts, mask=valid)
   has_rows = turns > 0
-  gid = _segment_min(jnp.where(valid, group_ids, num_groups), rollout_ids, num_rollouts)
+  gid = segment_min(jnp.where(valid, group_ids, num_groups), rollout_ids, num_rollouts)
   gid = jnp.where(has_rows, gid, 0).astype(jnp.asarray(group_ids).dtype)
   adv = normalise(value, gid, has_rows)
-  return jnp.where(valid, _gather(adv, rollout_ids), 0.0)
+  return jnp.where(valid, gather(adv, rollout_ids), 0.0)
 
 
 # -------------------------------------------------------------------------------------------------
@@ -200,16 +159,16 @@ def discounted_returns(step_rewards, rollout_ids, turn_ids, *, num_rollouts, max
     ValueError: bad static ints; ids out of range (only when concrete).
     AssertionError: wrong rank, shape or dtype (at trace time).
   """
-  _check_int("num_rollouts", num_rollouts)
-  _check_int("max_turns", max_turns)
+  check_int("num_rollouts", num_rollouts)
+  check_int("max_turns", max_turns)
   check_rows([step_rewards], [rollout_ids, turn_ids], mask)
-  _check_range("rollout_ids", rollout_ids, num_rollouts)
-  _check_range("turn_ids", turn_ids, max_turns)
-  dtype = _float_dtype(step_rewards)
-  valid = _as_valid(mask, step_rewards)
+  check_range("rollout_ids", rollout_ids, num_rollouts)
+  check_range("turn_ids", turn_ids, max_turns)
+  dtype = float_dtype(step_rewards)
+  valid = as_valid(mask, step_rewards)
   r = jnp.where(valid, jnp.asarray(step_rewards, dtype), 0.0)
   cell = rollout_ids * max_turns + turn_ids
-  table = _segment_sum(r, cell, num_rollouts * max_turns).reshape(num_rollouts, max_turns)
+  table = segment_sum(r, cell, num_rollouts * max_turns).reshape(num_rollouts, max_turns)
   gamma = jnp.asarray(gamma, dtype)
 
   def back(carry, r_t):
@@ -217,7 +176,7 @@ def discounted_returns(step_rewards, rollout_ids, turn_ids, *, num_rollouts, max
     return carry, carry
 
   _, ret = jax.lax.scan(back, jnp.zeros((num_rollouts,), dtype), table.T, reverse=True)
-  return jnp.where(valid, _gather(ret.T.reshape(-1), cell), 0.0)
+  return jnp.where(valid, gather(ret.T.reshape(-1), cell), 0.0)
 
 
 def anchor_step_groups(group_ids, anchors: Sequence[Hashable], mask=None) -> np.ndarray:
@@ -301,11 +260,11 @@ def gigpo_advantages(episode_rewards, step_rewards, group_ids, rollout_ids, turn
   """
   if num_step_groups is None:
     num_step_groups = int(jnp.shape(step_group_ids)[0])
-  _check_int("num_step_groups", num_step_groups)
-  _check_choice("norm", norm, NORMS, "gigpo.norm")
+  check_int("num_step_groups", num_step_groups)
+  check_choice("norm", norm, NORMS, "gigpo.norm")
   check_rows([episode_rewards, step_rewards],
              [group_ids, rollout_ids, turn_ids, step_group_ids], mask)
-  valid = _as_valid(mask, episode_rewards)
+  valid = as_valid(mask, episode_rewards)
   episode = episode_advantages(episode_rewards, group_ids, rollout_ids, num_groups=num_groups,
                                num_rollouts=num_rollouts, mask=valid, stats_over=stats_over,
                                norm=norm, eps=eps, ddof=ddof)

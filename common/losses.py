@@ -14,6 +14,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from common.rows import safe_div
+
 AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 KL_ESTIMATORS = ("k1", "k3")
 
@@ -27,12 +29,6 @@ def _as_valid(mask, like):
   mask = jnp.asarray(mask)
   chex.assert_equal_shape([like, mask])
   return mask if mask.dtype == jnp.bool_ else mask != 0
-
-
-def _safe_div(num, den):
-  """num / den where den > 0, else 0; finite value and gradient."""
-  positive = den > 0
-  return jnp.where(positive, num / jnp.where(positive, den, 1.0), 0.0)
 
 
 def _float(x):
@@ -62,7 +58,7 @@ def masked_mean(x, mask, axis=None):
   valid = _as_valid(mask, x)
   total = jnp.sum(jnp.where(valid, x, 0.0), axis=axis)
   count = jnp.sum(valid.astype(x.dtype), axis=axis)
-  return _safe_div(total, count)
+  return safe_div(total, count)
 
 
 def _masked_max(x, valid):
@@ -112,12 +108,12 @@ def aggregate_loss(per_token, mask, *, mode, norm_constant=None):
   valid = _as_valid(mask, x)
   x = jnp.where(valid, x, 0.0)
   if mode == "token_mean":
-    return _safe_div(jnp.sum(x), jnp.sum(valid.astype(x.dtype)))
+    return safe_div(jnp.sum(x), jnp.sum(valid.astype(x.dtype)))
   n_tokens = jnp.sum(valid.astype(x.dtype), axis=-1)
   has_tokens = n_tokens > 0
   seq_sum = jnp.sum(x, axis=-1)
   if mode == "seq_mean_token_mean":
-    per_seq = _safe_div(seq_sum, n_tokens)
+    per_seq = safe_div(seq_sum, n_tokens)
   else:
     if norm_constant is None:
       norm_constant = x.shape[-1]
@@ -125,7 +121,7 @@ def aggregate_loss(per_token, mask, *, mode, norm_constant=None):
       raise ValueError(f"norm_constant must be > 0 (the fixed length normaliser of "
                        f"'seq_mean_token_sum'), got {norm_constant!r}.")
     per_seq = seq_sum / norm_constant
-  return _safe_div(jnp.sum(jnp.where(has_tokens, per_seq, 0.0)),
+  return safe_div(jnp.sum(jnp.where(has_tokens, per_seq, 0.0)),
                    jnp.sum(has_tokens.astype(x.dtype)))
 
 
@@ -245,7 +241,7 @@ def gspo_loss(logp_new, logp_old, advantages, mask, *, clip_low=3e-4, clip_high=
   tok_log_ratio = jnp.where(valid, logp_new, 0.0) - jnp.where(valid, logp_old, 0.0)
   n_tokens = jnp.sum(valid.astype(logp_new.dtype), axis=-1)
   has_tokens = n_tokens > 0
-  seq_log_ratio = jnp.clip(_safe_div(jnp.sum(tok_log_ratio, axis=-1), n_tokens),
+  seq_log_ratio = jnp.clip(safe_div(jnp.sum(tok_log_ratio, axis=-1), n_tokens),
                            -LOG_RATIO_BOUND, LOG_RATIO_BOUND)
   seq_ratio = jnp.exp(seq_log_ratio)
   adv = jnp.where(has_tokens, _float(advantages), 0.0)

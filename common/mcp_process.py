@@ -325,6 +325,7 @@ class McpProcess:
         pass
 
 
-def _result_payload(res) -> tuple[str, dict, bool]:
+def result_payload(res) -> tuple[str, dict, bool]:
+  """(text, structured content, is_error) of an MCP CallToolResult."""
   text = "".join(getattr(c, "text", "") for c in (res.content or []))
   return text, dict(res.structured_content or {}), bool(res.is_error)

@@ -3,17 +3,18 @@
 `MetricWriter.write(step, {...})` appends `{"step": step, ...}` to `metrics.jsonl` and writes each scalar
 to TensorBoard (tensorboardX). On resume, lines past the restored step are dropped first, so a run killed
 part-way and restarted ends with the same file as an uninterrupted one. `plot_curves` reads the JSON lines
-back and draws the chosen keys against step.
+back and draws the chosen keys against step. The files themselves go through `common.io`.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+
+from common import io
 
 
 def _to_float(v: Any) -> float | None:
@@ -38,13 +39,7 @@ class MetricWriter:
     os.makedirs(logdir, exist_ok=True)
     self.logdir = logdir
     self.path = os.path.join(logdir, "metrics.jsonl")
-    if os.path.exists(self.path):
-      kept = [r for r in read_jsonl(self.path)
-              if resume_step is not None and int(r.get("step", -1)) <= resume_step]
-      with open(self.path + ".tmp", "w") as f:
-        for r in kept:
-          f.write(json.dumps(r) + "\n")
-      os.replace(self.path + ".tmp", self.path)
+    io.truncate_jsonl(self.path, resume_step)
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
@@ -55,8 +50,7 @@ class MetricWriter:
     for k, v in metrics.items():
       f = _to_float(v)
       row[k] = v if f is None else f
-    with open(self.path, "a") as f:
-      f.write(json.dumps(row) + "\n")
+    io.append_jsonl(self.path, [row])
     if self._tb is not None:
       for k, v in row.items():
         if k != "step" and isinstance(v, float) and math.isfinite(v):
@@ -69,19 +63,6 @@ class MetricWriter:
       self._tb = None
 
 
-def read_jsonl(path: str) -> list[dict]:
-  """Reads a JSON-lines file; a truncated last line (a killed writer) is skipped."""
-  rows = []
-  with open(path) as f:
-    for line in f:
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        rows.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue
-  return rows
 
 
 def plot_curves(series: Mapping[str, str], keys: Iterable[str], out_png: str, *, title: str = "") -> str:
@@ -106,7 +87,7 @@ def plot_curves(series: Mapping[str, str], keys: Iterable[str], out_png: str, *,
     for label, path in series.items():
       if not os.path.exists(path):
         continue
-      rows = [r for r in read_jsonl(path) if isinstance(r.get(key), (int, float))]
+      rows = [r for r in io.read_jsonl(path) if isinstance(r.get(key), (int, float))]
       if rows:
         ax.plot([r["step"] for r in rows], [r[key] for r in rows], label=label)
     ax.set_title(key)

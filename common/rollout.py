@@ -42,9 +42,9 @@ Modes (RolloutConfig.mode, config key rollout.mode):
             trajectories are common.windowed.WindowTrajectory of WindowTurns (turn index, policy-token
             length, anchor observation id, step reward, success); `common.windowed.collate_rows`.
 
-Policy interface: `policy(requests: list[PolicyRequest]) -> list[PolicyOutput]`. A language-model
-sampler implements it by generating up to `max_new_tokens` after `token_ids`; `ScriptedPolicy`
-implements it from a function of the request (tests, gold replays).
+Policy interface (common/policy_io.py): `policy(requests: list[PolicyRequest]) -> list[PolicyOutput]`. A
+language-model sampler (common/lm/sampler.py) implements it by generating up to `max_new_tokens` after
+`token_ids`; `ScriptedPolicy` implements it from a function of the request (tests, gold replays).
 """
 
 from __future__ import annotations
@@ -61,47 +61,14 @@ from common import tool_wire
 from common import trajectory as traj_lib
 from common import windowed as win_lib
 from common.chat import ChatTemplate, tool_schemas
-from common.env_client import EnvError, EnvSpec  # noqa: F401  (EnvSpec re-exported)
-from common.env_pool import WorkerPool  # noqa: F401  (re-exported)
+from common.env_pool import WorkerPool
+from common.mcp_process import EnvError
+from common.policy_io import Policy, PolicyOutput, PolicyRequest
 
 _log = logging.getLogger(__name__)
 
 # Failures after which the worker process is replaced ('env_exception' leaves a live process).
 _REPLACE_ON = ("crash", "timeout", "start", "protocol")
-
-
-class PolicyRequest(NamedTuple):
-  """One episode asking for its next response.
-
-  Attributes:
-    episode: rollout index in this run; task_id, sample (g in [0, G)), turn: where it is.
-    token_ids: the whole context so far (list[int]; mode 'window': this turn's whole prompt); the
-      policy generates a continuation.
-    max_new_tokens: most tokens the response may have (turn cap and context room).
-  """
-  episode: int
-  task_id: str
-  sample: int
-  turn: int
-  token_ids: list[int]
-  max_new_tokens: int
-
-
-class PolicyOutput(NamedTuple):
-  """The policy's response.
-
-  Attributes:
-    token_ids: the response (the end-of-turn / stop token included if it made one).
-    logprobs: the sampler's log-probs of token_ids, or None.
-    truncated: True if generation stopped at max_new_tokens; None: inferred (the last token is not
-      one of ChatTemplate.stop_ids).
-  """
-  token_ids: list[int]
-  logprobs: list[float] | None = None
-  truncated: bool | None = None
-
-
-Policy = Callable[[list[PolicyRequest]], list[PolicyOutput]]
 
 
 class RolloutConfig(NamedTuple):

@@ -17,7 +17,7 @@ runs through `Sandbox.command`:
   so that the sandbox dies with the driver, and the seccomp filter (`SandboxConfig.seccomp`).
 * setpriv (util-linux): the program runs as host uid/gid `SandboxConfig.uid`/`gid` (65534), with
   no capabilities (bounding set empty), no supplementary groups and no_new_privs.
-* Resource limits, chosen once per machine by `detect_cgroup` (`SandboxConfig.cgroup`):
+* Resource limits, chosen once per machine by `common.sandbox_cgroup.detect_cgroup` (`SandboxConfig.cgroup`):
   1. cgroup v2 `memory.max`, `memory.swap.max = 0`, `pids.max` and `cpu.max`, when the unified
      hierarchy offers the `memory` and `pids` controllers (cpu where offered);
   2. else cgroup v1 `memory.limit_in_bytes` (+ `memory.memsw.limit_in_bytes` where swap accounting
@@ -28,7 +28,7 @@ runs through `Sandbox.command`:
   Defaults follow ProgAgent's runtime (SPEC.md, ProgAgent "Runtime"): 2 GiB memory, 256 processes;
   plus 1 CPU core, 1 GiB of disk, 16 MiB of log.
 * Cleanup: `Sandbox.close`; what a SIGKILLed owner left (cgroups, `agentrl-<kind>-<pid>-*` host
-  folders) is swept by the first sandbox of the next process (`sweep_stale`).
+  folders) is swept by the first sandbox of the next process (`common.sandbox_cgroup.sweep_stale`).
 
 README.md, "Security", lists what this isolates and what it does not defend against.
 """
@@ -46,8 +46,7 @@ import tempfile
 from typing import NamedTuple, Sequence
 
 from common import sandbox_guard
-from common.sandbox_cgroup import (Cgroup, CgroupRoots, Detection, SandboxError, _detect_once,
-                                   _sweep_stale, detect_cgroup, sweep_stale)
+from common.sandbox_cgroup import Cgroup, SandboxError, detect_once
 
 _log = logging.getLogger(__name__)
 
@@ -295,7 +294,7 @@ class Sandbox:
         self._seccomp, why = sandbox_guard.seccomp_filter()
       if config.cgroup not in _LOGGED:
         _LOGGED.add(config.cgroup)
-        det = _detect_once(config.cgroup)
+        det = detect_once(config.cgroup)
         extra = f" ({'; '.join(det.why_not + ((why,) if why else ()))})" if det.why_not or why else ""
         _log.info("sandbox limits: %s; bubblewrap %s, uid %d, seccomp %s, network %s%s",
                   self.cgroup.description, self._bwrap, config.uid,

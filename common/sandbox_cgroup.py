@@ -1,7 +1,8 @@
 """cgroup part of common/sandbox.py: detection of the limit mechanism, per-sandbox cgroups, sweep.
 
-Split from common/sandbox.py for size; import these names from common.sandbox. The order of
-mechanisms and the defaults are described in common/sandbox.py's docstring.
+Below common/sandbox.py (which imports this module, never the reverse): the limits a cgroup is made with
+come in as any object with the fields of `Limits` (a `common.sandbox.SandboxConfig`). The order of mechanisms
+and the defaults are described in common/sandbox.py's docstring.
 """
 
 from __future__ import annotations
@@ -13,14 +14,19 @@ import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from common import sandbox_guard
 
-if TYPE_CHECKING:  # annotations only (common.sandbox imports this module)
-  from common.sandbox import SandboxConfig
-
 _log = logging.getLogger("common.sandbox")
+
+
+class Limits(Protocol):
+  """The fields of `common.sandbox.SandboxConfig` a cgroup reads (see there for their meaning)."""
+  cgroup: str
+  memory_max_bytes: int
+  pids_max: int
+  cpu_max_cores: float | None
 
 
 class SandboxError(RuntimeError):
@@ -78,7 +84,7 @@ class CgroupRoots:
 _CPU_PERIOD_US = 100_000
 
 
-def _cpu_quota(config: "SandboxConfig", det: "Detection") -> int:
+def _cpu_quota(config: Limits, det: "Detection") -> int:
   """cpu quota in microseconds per period, 0 for none (no limit asked or no controller)."""
   if not config.cpu_max_cores or not det.cpu:
     return 0
@@ -190,7 +196,7 @@ _DETECT_LOCK = threading.Lock()
 _COUNTER = iter(range(1 << 62))
 
 
-def _detect_once(mode: str) -> Detection:
+def detect_once(mode: str) -> Detection:
   """Caches the machine's detection per mode and logs the "sandbox limits:" line once."""
   with _DETECT_LOCK:
     if mode not in _DETECTED:
@@ -241,8 +247,8 @@ class Cgroup:
     self.cpu_dir = cpu_dir  # where cpu.stat lives (None: no CPU limit)
 
   @classmethod
-  def create(cls, config: SandboxConfig, *, detection: Detection | None = None) -> "Cgroup":
-    det = detection or _detect_once(config.cgroup)
+  def create(cls, config: Limits, *, detection: Detection | None = None) -> "Cgroup":
+    det = detection or detect_once(config.cgroup)
     mem, npids = int(config.memory_max_bytes), int(config.pids_max)
     name = f"agentrl-{os.getpid()}-{next(_COUNTER)}"
     if det.mode == "v2":

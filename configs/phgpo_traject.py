@@ -19,6 +19,8 @@ Published defaults (SPEC.md, PhGPO): K = 20, T = 0.7, beta_max = 0.7, M = 5, at 
 
 import ml_collections
 
+from configs import schema
+
 MAIN_RUNS = ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo")
 # The six published ablation rows, then PhGPO with the authors' schedule choices (phgpo/train.py RUN_SPECS).
 ABLATION_RUNS = ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors")
@@ -37,18 +39,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
   c.graph = dict(edges="observed", max_templates=8)
-  # LM policy (kind 'lm') scale knobs: dtype / param_dtype (compute / storage), master_weights (float32 master
-  # weights + optimizer state for bfloat16 storage), remat ('none' | 'full' | 'dots' | 'dots_no_batch'),
-  # micro_batches (the update's forward pass in that many micro-batches); lora_rank 0 = full fine-tuning.
-  c.policy = dict(kind="encoder_mlp", hidden=256, lm_checkpoint="", lm_max_length=256, lora_rank=64,
-                  lora_alpha=128.0, dtype="float32", param_dtype="float32", master_weights=False, remat="none",
-                  micro_batches=1)
-  # (data, fsdp, tensor) device mesh of the LM policy's updates; -1 = the remaining devices, (1, 1, 1) = one
-  # device; a rules entry may be added, absent = common.lm.sharding.DEFAULT_RULES (phgpo/lm_policy.py)
-  c.mesh = dict(shape=(1, 1, 1))
+  # policy.kind 'encoder_mlp' (frozen MiniLM embeddings + MLP scorer, width `hidden`) or 'lm' (the language
+  # model of `model.*` with a tool head; lm_max_length: its prompt length; micro_batches: the update's forward
+  # pass in that many micro-batches). The LM policy's model, optimizer and device mesh are the shared schema
+  # (configs/schema.py): the published LoRA rank 64, alpha 128 (lora_rank 0 = full fine-tuning).
+  c.policy = dict(kind="encoder_mlp", hidden=256, lm_max_length=256, micro_batches=1)
+  c.model = schema.model_config(lora_rank=64, lora_alpha=128.0, tiny_vocab=400)
+  c.mesh = schema.mesh_config()
   c.env = dict(max_steps=20, horizon="gold", sandboxed=True, num_workers=2, step_timeout_s=60.0)
 
-  c.optim = dict(grad_clip=1.0)
+  c.optim = schema.optim_config(name="adam")
   c.warmup = dict(steps=300, batch_size=256, learning_rate=1e-3)
   c.rl = dict(
       steps=60, tasks_per_step=16, rollouts_per_task=5, learning_rate=1e-4, epochs=2,
@@ -94,10 +94,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg == "smoke_lm":
       # The language-model policy on a tiny random Qwen2 checkpoint written locally (no download).
       c.policy.kind = "lm"
-      c.policy.lm_checkpoint = "tiny:qwen2"
+      c.model.checkpoint = "tiny:qwen2"
       c.policy.lm_max_length = 128
-      c.policy.lora_rank = 4
-      c.policy.lora_alpha = 8.0
+      c.model.lora_rank = 4
+      c.model.lora_alpha = 8.0
       c.data.max_tasks = 40
       c.rl.tasks_per_step = 2
       c.warmup.batch_size = 8

@@ -23,19 +23,13 @@ Not a config itself (no `get_config`). Keys:
   sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
                     and the move back (TextWorldExpress 'move <dir>' only).
   planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
-  policy.remat      activation checkpointing per decoder layer: 'none', 'full', 'dots', 'dots_no_batch'.
-  policy.lora_rank  0 = full fine-tuning; r > 0 adds LoRA adapters (policy.lora_alpha, policy.lora_targets)
-                    and trains only them.
-  optim.master_weights   float32 master weights and optimizer state for policy.param_dtype 'bfloat16'.
+  model.*, optim.*, mesh.*   the policy, its optimizer and the device mesh (configs/schema.py, the same keys in
+                    every method; model.checkpoint 'tiny:qwen2' is a tiny random checkpoint trained from scratch).
   sft.micro_rows    rows per SFT micro-batch (gradient accumulation; 0 = one pass); rl.micro_rows for RL.
-  mesh.shape        (data, fsdp, tensor) device mesh of the updates; -1 = the remaining devices; (1, 1, 1) =
-                    one device. A mesh.rules entry (logical-axis pairs) may be added; absent = the default rules.
                     Update rows are padded to a multiple of data x fsdp; sampling runs on one device.
   rollout.kv_reuse  the sampler keeps each episode's KV cache across turns and prefills only new tokens (window
                     mode re-renders each prompt, so only the common prefix is reused); False: full re-prefill.
                     rollout.kv_cache_max_gb: reuse is turned off (with a warning) above this cache size.
-  policy.attention_impl / policy.attention_chunk / policy.logits_chunk  attention implementation ('xla' |
-                    'cudnn' | 'auto' | 'dense') and the query / vocabulary block lengths (common.lm.config).
   stats.*           paired bootstrap of the differences against `reference` (scipy.stats.bootstrap, BCa).
 The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` / `gigpo.*`.
 """
@@ -43,6 +37,7 @@ The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` /
 import ml_collections
 
 from common import windowed as win_lib
+from configs import schema
 from planpo import tables
 
 MAIN_RUNS = tables.MAIN_RUNS
@@ -76,13 +71,11 @@ def base_config() -> ml_collections.ConfigDict:
   w = win_lib.WindowConfig()
   c.rollout = dict(mode="window", max_response_tokens=96, max_context_tokens=4096, max_observation_chars=1200,
                    window=dict(w._asdict()), kv_reuse=True, kv_cache_max_gb=32.0)
-  c.policy = dict(lm_checkpoint="tiny:qwen2", cache_dir="", tiny_vocab=2000, dtype="float32",
-                  param_dtype="float32", remat="none", lora_rank=0, lora_alpha=128.0,
-                  attention_impl="xla", attention_chunk=1024, logits_chunk=1024,
-                  lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-                  sizes=dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=256))
-  c.optim = dict(grad_clip=1.0, master_weights=False)
-  c.mesh = dict(shape=(1, 1, 1))
+  c.model = schema.model_config(checkpoint="tiny:qwen2", tiny_vocab=2000,
+                                 tiny_sizes=dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                                                 intermediate_size=256))
+  c.optim = schema.optim_config()
+  c.mesh = schema.mesh_config()
   c.sft = dict(epochs=8, batch_size=32, micro_rows=0, lr=3e-3, detour_prob=0.35, max_detours=3, think_min_sentences=0,
                think_max_sentences=4, harmless_actions=("look around", "inventory"), move_detours=False,
                shared=True)

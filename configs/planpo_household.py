@@ -54,7 +54,7 @@ CPU choices (measured on the 2-core machine while other jobs ran, load average 5
                  table then shows no method effect (issue 10's note).
   SFT detours    `sft.harmless_actions` = ('look', 'inventory') (always admissible, never change the
                  state); `sft.move_detours` False (ALFWorld has no reversible 'move <dir>').
-A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR, and the published turn limit
+A real checkpoint on a GPU: --config.model.checkpoint=DIR, and the published turn limit
 --config.env.max_turns=50 --config.env.kwargs.max_steps=50.
 """
 
@@ -107,8 +107,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.max_response_tokens = 24
     c.rollout.max_observation_chars = 200
     c.rollout.window.max_admissible_actions = 20
-    c.policy.tiny_vocab = 600
-    c.policy.sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    c.model.tiny_vocab = 600
+    c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
     c.sft.epochs, c.sft.batch_size, c.sft.lr = 2, 16, 1e-2
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 2
     c.checkpoint.every = 1

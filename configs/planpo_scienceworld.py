@@ -56,7 +56,7 @@ CPU choices (measured 2026-12-01 on the 2-core machine while two other training 
                  the SFT policy's 24 s, an RL run ~2.9 min (steps 1-2 ~35 s: XLA compiles of new row /
                  length shapes; later ~14 s: ~3 s of rollouts + ~11 s of update): ~33 min for 3 seeds, so
                  `rl.steps` is 6. The 3-seed default's wall time is in issue 10's closing note.
-A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR (then restore the published window: history
+A real checkpoint on a GPU: --config.model.checkpoint=DIR (then restore the published window: history
 2 and common.windowed.FORMAT as `rollout.window.format_text`).
 """
 
@@ -116,8 +116,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.max_turns = c.env.kwargs.env_step_limit = 12
     c.rollout.max_response_tokens = 24
     c.rollout.max_observation_chars = 200
-    c.policy.tiny_vocab = 600
-    c.policy.sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    c.model.tiny_vocab = 600
+    c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
     c.sft.epochs, c.sft.batch_size, c.sft.lr = 2, 16, 1e-2
     c.sft.max_detours = 1
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 2

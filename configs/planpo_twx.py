@@ -7,7 +7,7 @@ r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per tabl
 Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
 (sft / planpo and the four published PlanPO ablations; differences against planpo) and 'smoke' (seconds; the
 tests); 'smoke' and 'ablation' combine as 'ablation,smoke'. The ablation may share the main table's workdir
-(it then trains only the four ablations). A real checkpoint on a GPU: --config.policy.lm_checkpoint=DIR
+(it then trains only the four ablations). A real checkpoint on a GPU: --config.model.checkpoint=DIR
 (then restore the published prompt: --config.rollout.window.format_text, history 2).
 
 CPU choices (each stated so it can be undone; measured on the 2-core machine):
@@ -63,8 +63,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.env.kwargs.game_params = {"coin": "numLocations=2,includeDoors=0,numDistractorItems=0"}
     c.rollout.max_response_tokens = 32
     c.rollout.max_observation_chars = 200
-    c.policy.tiny_vocab = 1000
-    c.policy.sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    c.model.tiny_vocab = 1000
+    c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
     c.sft.epochs, c.sft.batch_size, c.sft.lr, c.sft.shared = 3, 16, 1e-2, False
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 4
     c.stats.resamples = 200

@@ -10,7 +10,7 @@ Teacher data comes from `python -m progagent.teacher --base-url URL --model NAME
 (any OpenAI-compatible endpoint, e.g. a vLLM server); with it, GSPO's task pool is the difficulty filter of
 the teacher's PTC pass@8 in (0, 0.8). GSPO: 150 steps, 32 tasks x 16 rollouts, lr 1e-6, temperature 1.0, clip
 3e-4 / 4e-4, no KL, levels drawn uniformly from v0..v3 (`env.scales`, `env.scale_weights`). Needs a GPU/TPU-sized
-machine; the CPU smoke run is configs/progagent_smoke.py.
+machine; the CPU smoke run is `:smoke`.
 
 The paradigm table, `:paradigms`:
 
@@ -20,14 +20,14 @@ trains the same policy with the same budget under each harness (DTC, PTC, Hybrid
 evaluates each under its own harness on held-out seeds at v0..v3: pass@1 with 95% intervals and pass@2,
 context tokens, tool calls, errors, program structure (results_paradigms.txt / .json in the workdir). On CPU
 (the default here) the policy is a small Qwen2-shaped model trained from scratch (`model.checkpoint`
-'tiny:qwen2', width `model.tiny_hidden_size`), SFT only (`gspo.steps` 0) on the oracle's episodes of each
+'tiny:qwen2', shapes `model.tiny_sizes`), SFT only (`gspo.steps` 0) on the oracle's episodes of each
 harness on the training seeds `sft.oracle_seeds` at v0..v3, `sft.steps` updates for every harness; under 30
 minutes on 2 cores. On a GPU, give it a real checkpoint and teacher data and turn GSPO on:
 
   --config.model.checkpoint=/path/to/Qwen3-8B --config.sft.teacher_jsonl=teacher_all_modes.jsonl \
   --config.gspo.steps=150 --config.model.dtype=bfloat16 --config.env.max_context_tokens=32768
 
-Scale (progagent.train.default_config): `mesh.shape` is the (data, fsdp, tensor) mesh of the updates ((1, 1, 1) =
+Scale (the `model` / `optim` / `mesh` keys of configs/schema.py): `mesh.shape` is the (data, fsdp, tensor) mesh of the updates ((1, 1, 1) =
 one device, the default; e.g. --config.mesh.shape=-1,1,1 for data parallelism over every device, 1,-1,1 for
 ZeRO-3-style parameter sharding); `model.remat` ('full', 'dots', ...) checkpoints each layer's activations;
 `model.param_dtype`=bfloat16 with `optim.master_weights`=True keeps float32 master weights and optimizer state;
@@ -40,7 +40,8 @@ gradients over strided micro-batches. An 8B model on 8 accelerators, for example
 
 import ml_collections
 
-from progagent import train
+from common import tool_wire
+from configs import schema
 
 # Four tasks of four domains whose DTC oracle fits the 2,560-token context at v0 (one with transient
 # errors and values in two units to discover: devops/slowest_service); each harness trains and is evaluated
@@ -49,16 +50,109 @@ PARADIGM_TASKS = ("retail/pending_over_500", "library/morland_copies", "school/f
                   "devops/slowest_service")
 
 
+def default_config() -> ml_collections.ConfigDict:
+  """ProgAgent's published setting (SPEC.md, ProgAgent); `:smoke` and `:paradigms` shrink it."""
+  c = ml_collections.ConfigDict()
+  c.method = "progagent"
+  c.seed = 0
+  c.tasks = ()                    # task ids or domain names; () = every task of progagent.tasks
+  c.mode = "ptc"                  # harness: 'ptc' | 'dtc' | 'hybrid'
+  c.runtime = "sandboxed"         # PTC program runtime: 'sandboxed' (kernel) | 'inprocess' (trusted only)
+  # scales: the levels GSPO draws each task at (weights `scale_weights`, () = uniform): the paper trains over
+  # v0..v3 (training on v0 only is its weaker ablation).
+  c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
+               max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
+  c.model = schema.model_config(dtype="bfloat16")
+  c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
+  c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two
+  c.optim = schema.optim_config()
+  c.mesh = schema.mesh_config()
+  # steps: SFT updates in all (0 = `epochs` passes over the data); a fixed number gives several harnesses
+  # the same budget whatever their data size. oracle_seeds: the environment seeds of the oracle fallback.
+  c.sft = dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
+               oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), epochs=3, steps=0, batch_size=64, micro_batch_size=0,
+               learning_rate=1e-5, max_tokens=32768)
+  c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
+                top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
+                logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,
+                advantage=dict(estimator="grpo", eps=1e-6, ddof=0),
+                # the difficulty filter computed from the teacher records (sft.teacher_jsonl) when task_filter
+                # is empty: keep tasks whose PTC pass@filter_k lies in (filter_low, filter_high)
+                filter_from_teacher=True, filter_k=8, filter_stat="pass_at_k", filter_low=0.0, filter_high=0.8)
+  # held-out evaluation after training (progagent.evaluation): seeds disjoint from every training seed
+  c.eval = dict(enabled=True, seeds=(1000, 1001, 1002), levels=(0, 1, 2, 3), samples=8, k=(1, 8), temperature=1.0,
+                tasks=())      # tasks: () = the training tasks
+  c.stats = dict(confidence=0.95, resamples=10_000)
+  # paradigms: harnesses trained and evaluated one after the other with the same budget (workdir/<mode>/),
+  # then the paradigm table (results_paradigms.txt/.json); () = one run of `mode`
+  c.paradigms = dict(modes=())
+  c.checkpoint = dict(every=10, max_to_keep=2)
+  c.logging = dict(every=1, tensorboard=True, save_rollouts=True)
+  return c
+
+
+def tiny_sizes(hidden_size: int, num_layers: int) -> dict:
+  """A tiny checkpoint's shapes for width `hidden_size` and `num_layers` layers: hidden_size // 32 query heads
+  (head width 32) and one key/value head, so that long contexts stay cheap on a CPU."""
+  return dict(hidden_size=hidden_size, num_heads=max(1, hidden_size // 32), num_kv_heads=1,
+              intermediate_size=4 * hidden_size, num_layers=num_layers)
+
+
+def smoke() -> ml_collections.ConfigDict:
+  """SFT then GSPO on a tiny random Qwen2 checkpoint, 3 tasks at v0, on CPU in 1-3 minutes.
+
+  The checkpoint ('tiny:qwen2') is written once into the cache folder ($AGENTIC_RL_CACHE, else
+  ~/.cache/agentic-rl-jax; config `model.cache_dir`) with a tokenizer trained on the three tasks' prompts, tool
+  schemas and oracle programs and a Qwen3-style tool-calling chat template (no download): prompts,
+  programmatic_tool_call calls and tool results are in that native format (about 1,000 prompt tokens, hence
+  the 1,536-token context). No teacher endpoint: SFT uses the tasks' PTC oracle episodes as a stand-in teacher
+  (--config.sft.teacher_jsonl=FILE for real teacher data from `python -m progagent.teacher`). SFT here is 80
+  epochs at lr 1e-2 over the 3 oracle episodes (not the published 3 epochs at 1e-5), enough for the tiny model
+  to nearly memorise the calls, so that GSPO's samples (temperature 1) mix passing and failing programs and its
+  groups have non-zero advantages. PTC programs run in-process (runtime='inprocess': trusted, no sandbox);
+  --config.runtime=sandboxed uses the sandboxed kernel as the full run does. This run checks the plumbing, not
+  learning.
+  """
+  c = default_config()
+  c.tasks = ("retail/pending_over_500", "inventory/electrical_value", "library/morland_copies")
+  c.runtime = "inprocess"
+  c.env.scales = (0, 1)
+  c.env.max_turns = 2
+  c.env.max_context_tokens = 1536
+  c.env.max_response_tokens = 96
+  c.env.max_observation_chars = 400
+  c.model.checkpoint = "tiny:qwen2"
+  c.model.dtype = "float32"
+  c.model.param_dtype = "float32"
+  c.lengths.buckets = (1536,)
+  c.sft.oracle_scales = (0,)
+  c.sft.epochs = 80
+  c.sft.batch_size = 3
+  c.sft.learning_rate = 1e-2
+  c.sft.max_tokens = 1536
+  c.gspo.steps = 2
+  c.gspo.tasks_per_step = 2
+  c.gspo.rollouts_per_task = 3
+  c.gspo.minibatches = 2
+  c.gspo.learning_rate = 1e-4
+  c.gspo.kv_reuse = True            # multi-turn KV reuse in the sampler (common.lm.sampler)
+  c.eval.seeds = (1000,)
+  c.eval.levels = (0, 1)
+  c.eval.samples = 2
+  c.eval.k = (1, 2)
+  c.stats.resamples = 1000
+  return c
+
+
 def paradigms() -> ml_collections.ConfigDict:
   """The paradigm comparison on CPU (module docstring)."""
-  c = train.default_config()
+  c = default_config()
   c.paradigms.modes = ("dtc", "ptc", "hybrid")
   c.tasks = PARADIGM_TASKS
   c.runtime = "inprocess"          # oracle programs and the policy's programs; 'sandboxed' for untrusted models
   c.model.checkpoint = "tiny:qwen2"
-  c.model.tiny_hidden_size = 64
+  c.model.tiny_sizes = tiny_sizes(64, 2)
   c.model.tiny_vocab = 4096
-  c.model.tiny_num_layers = 2
   c.model.dtype = "float32"
   c.model.param_dtype = "float32"
   c.env.max_turns = 6
@@ -86,8 +180,7 @@ def paradigms() -> ml_collections.ConfigDict:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  if arg in (None, ""):
-    return train.default_config()
-  if arg == "paradigms":
-    return paradigms()
-  raise ValueError(f"unknown config variant {arg!r}; valid: '' (the published setting), 'paradigms'")
+  variants = {"": default_config, "smoke": smoke, "paradigms": paradigms}
+  if (arg or "") not in variants:
+    raise ValueError(f"unknown config variant {arg!r}; valid: '' (the published setting), 'smoke', 'paradigms'")
+  return variants[arg or ""]()

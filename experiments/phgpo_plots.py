@@ -14,7 +14,7 @@ from absl import app
 from absl import flags
 
 from phgpo import analysis
-from phgpo import train
+from phgpo import runs as runs_lib
 
 
 
@@ -41,7 +41,7 @@ def plot_workdir(workdir: str) -> list[str]:
         f"--config=configs/phgpo_traject.py --workdir={workdir}`.")
   splits = sorted({s for s, _, _ in found}, key=lambda s: s or "")
   seeds = sorted({seed for _, seed, _ in found})
-  order = {r: i for i, r in enumerate(train.RUN_KINDS)}   # the trainer's order; unknown folders last
+  order = {r: i for i, r in enumerate(runs_lib.RUN_KINDS)}   # the trainer's order; unknown folders last
   runs = sorted({r for _, _, r in found}, key=lambda r: (order.get(r, len(order)), r))
   return analysis.plot_all(workdir, splits=splits, runs=runs, seeds=seeds)
 

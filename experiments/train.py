@@ -13,15 +13,17 @@ JAX_NUM_PROCESSES and JAX_PROCESS_ID; under Slurm, Open MPI or Kubernetes JAX fi
 (common/distributed.py, which also says what multi-process runs write today).
 """
 
+import importlib
+import inspect
 import json
 import logging
 import os
 
 from absl import app
 from absl import flags
-import ml_collections
 from ml_collections import config_flags
 
+from common import config_util
 from common import distributed
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
@@ -40,55 +42,48 @@ _PROCESS_ID = flags.DEFINE_integer(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-# Keys that choose which results a run reports, not what its checkpoints hold: a PlanPO workdir is shared by
-# its main and ablation tables (runs are folders named by run; planpo/train.py).
-_REPORT_KEYS = {"planpo": ("runs", "table", "reference", "stats"),
-                "phgpo_compare": ("runs", "table", "reference", "stats", "seeds", "splits")}
+# config.method -> the trainer module. Each exports check_config(config) (raises ValueError naming a bad key,
+# before anything is written), run(config, workdir, ...), RESUME_FREE (keys that change where and how fast a run
+# computes, not what: a workdir may resume with other values, e.g. on another mesh) and REPORT_ONLY (keys that
+# choose and summarise what is reported: a finished workdir is re-reported with new values, no retraining).
+# A key ending in '.' names a whole section.
+TRAINERS = {"phgpo_compare": "phgpo.train", "planpo": "planpo.train", "progagent": "progagent.train"}
 
 
-# Keys that change where and how fast a run computes, not what it computes (equal results up to float rounding):
-# a run may resume with other values, e.g. on another mesh (the checkpoint restores into the new shardings).
-_RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
-                "policy.attention_impl", "policy.attention_chunk", "policy.logits_chunk", "policy.remat",
-                "gspo.kv_reuse", "gspo.kv_cache_max_gb", "gspo.generate_batch_size", "rollout.kv_reuse",
-                "rollout.kv_cache_max_gb")
+def trainer_of(config):
+  """The trainer module of `config.method` (TRAINERS).
 
-
-def _split_list_overrides(config) -> None:
-  """Splits a tuple-of-strings field given as one comma-separated flag value, in place, at any depth.
-
-  `--config.runs=warmup,grpo` on a tuple field arrives as the one string 'warmup,grpo'; every config's
-  run/split lists mean the names between the commas.
+  Raises:
+    ValueError: an unknown method, naming the valid ones.
   """
-  with config.unlocked():
-    for key, value in list(config.items()):
-      if isinstance(value, ml_collections.ConfigDict):
-        _split_list_overrides(value)
-      elif isinstance(value, str) and "," in value and key in ("runs", "splits"):
-        config[key] = tuple(x.strip() for x in value.split(",") if x.strip())
-      elif isinstance(value, (tuple, list)) and any(isinstance(v, str) and "," in v for v in value):
-        config[key] = tuple(x.strip() for v in value for x in (v.split(",") if isinstance(v, str) else [v])
-                            if not isinstance(x, str) or x.strip())
+  method = config.get("method", "")
+  if method not in TRAINERS:
+    raise ValueError(f"unknown config.method {method!r}; valid: {sorted(TRAINERS)}")
+  return importlib.import_module(TRAINERS[method])
 
 
-def _check_same_config(workdir: str, config, *, write: bool = True) -> None:
+def _matches(key: str, patterns) -> bool:
+  return any(key == p.rstrip(".") or key.startswith(p if p.endswith(".") else p + ".") for p in patterns)
+
+
+def _check_same_config(workdir: str, config, trainer=None, *, write: bool = True) -> None:
   """Refuses a workdir whose saved config differs: its checkpoints and results belong to that config.
 
-  Keys of _REPORT_KEYS[config.method] may differ (they select and summarise runs, not train them), and so may
-  the keys of _RESUME_FREE (mesh, attention blocks, remat, KV reuse: where and how fast, not what).
+  Keys of the trainer's REPORT_ONLY may differ (they select and summarise runs, not train them), and so may
+  those of its RESUME_FREE (mesh, attention blocks, remat, KV reuse: where and how fast, not what).
   `write`: save config.json (only process 0 does, in a multi-process run).
 
   Raises:
     ValueError: listing the differing keys, and how to proceed.
   """
+  trainer = trainer or trainer_of(config)
   path = os.path.join(workdir, "config.json")
   new = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
-    skip = _REPORT_KEYS.get(config.get("method", ""), ())
-    diffs = [d for d in _diff(old, new) if d.split(":")[0].split(".")[0] not in skip
-             and not d.split(":")[0].startswith(_RESUME_FREE)]
+    free = tuple(trainer.REPORT_ONLY) + tuple(trainer.RESUME_FREE)
+    diffs = [d for d in _diff(old, new) if not _matches(d.split(":")[0], free)]
     if diffs:
       raise ValueError(
           f"--workdir {workdir} holds checkpoints and results of a different config:\n  "
@@ -122,29 +117,13 @@ def main(argv):
       raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
     with config.unlocked():
       config.data.path = _DATA_DIR.value
-  _split_list_overrides(config)
-  if config.method == "planpo":   # a bad value is named before anything is written into the workdir
-    from planpo import train as planpo_train  # pylint: disable=g-import-not-at-top
-    planpo_train.check_config(config)
-  elif config.method == "phgpo_compare":
-    from phgpo import train as phgpo_train  # pylint: disable=g-import-not-at-top
-    phgpo_train.check_config(config)
-  elif config.method == "progagent":
-    from progagent import train as progagent_train  # pylint: disable=g-import-not-at-top
-    progagent_train.check_config(config)
+  config_util.split_list_overrides(config)
+  trainer = trainer_of(config)
+  trainer.check_config(config)   # a bad value is named before anything is written into the workdir
   os.makedirs(workdir, exist_ok=True)
-  _check_same_config(workdir, config, write=process.process_id == 0)
-  if config.method == "phgpo_compare":
-    from phgpo import train  # pylint: disable=g-import-not-at-top
-    train.run(config, workdir, progress=_PROGRESS.value)
-  elif config.method == "progagent":
-    from progagent import train  # pylint: disable=g-import-not-at-top
-    train.run(config, workdir)
-  elif config.method == "planpo":
-    from planpo import train  # pylint: disable=g-import-not-at-top
-    train.run(config, workdir)
-  else:
-    raise ValueError(f"unknown config.method {config.method!r}; valid: 'phgpo_compare', 'progagent', 'planpo'")
+  _check_same_config(workdir, config, trainer, write=process.process_id == 0)
+  kwargs = {"progress": _PROGRESS.value} if "progress" in inspect.signature(trainer.run).parameters else {}
+  trainer.run(config, workdir, **kwargs)
 
 
 if __name__ == "__main__":

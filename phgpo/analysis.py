@@ -35,12 +35,13 @@ import ml_collections
 import numpy as np
 
 from common import checkpoint as ckpt_lib
-from common import metric_writer
+from common import io
+from phgpo import memory_bank
 from phgpo import pheromone as pher_lib
 from phgpo import policy as policy_lib
 from phgpo import problem as problem_lib
+from phgpo import runs as runs_lib
 from phgpo import steps
-from phgpo import train as train_lib
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
@@ -105,10 +106,10 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def _run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
-  """What the run trained with: phgpo.train.run_config(config, run) for RL runs, else the workdir's config."""
-  if train_lib.RUN_SPECS.get(run, {}).get("kind", "rl") != "rl":
+  """What the run trained with: phgpo.runs.run_config(config, run) for RL runs, else the workdir's config."""
+  if runs_lib.RUN_SPECS.get(run, {}).get("kind", "rl") != "rl":
     return config
-  return train_lib.run_config(config, run)
+  return runs_lib.run_config(config, run)
 
 
 @dataclasses.dataclass
@@ -119,7 +120,7 @@ class RunView:
     workdir: the run directory's root (holds config.json).
     run_dir: <workdir>/<split>/seed_<seed>/<run>.
     run, seed, split: which run (split None: the older layout, the 'random' problem).
-    config: what the run trained with (phgpo.train.run_config of the workdir's config, for RL runs).
+    config: what the run trained with (phgpo.runs.run_config of the workdir's config, for RL runs).
     problem: `phgpo.problem.Problem` of the split, as the trainer built it.
     compiled: `phgpo.steps.Compiled` for the run's config and policy.
     state: the `TrainState` of the latest checkpoint.
@@ -150,7 +151,7 @@ class RunView:
   def weights(self) -> tuple[float, float]:
     """(beta, w) the run is evaluated with: pheromone.beta_max and pheromone.w_max of its config for runs
     decoded with the pheromone, (0, 0) for the others ('warmup', 'grpo', ...)."""
-    if train_lib.RUN_SPECS.get(self.run, {}).get("kind", "rl") != "rl":
+    if runs_lib.RUN_SPECS.get(self.run, {}).get("kind", "rl") != "rl":
       return 0.0, 0.0
     return float(self.config.pheromone.beta_max), float(self.config.pheromone.w_max)
 
@@ -170,7 +171,7 @@ def load_run(workdir: str, *, run: str, seed: int = 0, split: str | None = "rand
 
   Rebuilds the problem from <workdir>/config.json (`phgpo.problem.prepare_problem(config, split)`: the data
   and the embedding cache must be where the run found them), builds the policy and `Compiled` for what the
-  run trained with (phgpo.train.run_config), and restores the whole `TrainState` into the structure of a fresh
+  run trained with (phgpo.runs.run_config), and restores the whole `TrainState` into the structure of a fresh
   `steps.init_state` (the structure check of `common.checkpoint.Checkpointer.restore` applies).
 
   Args:
@@ -197,7 +198,7 @@ def load_run(workdir: str, *, run: str, seed: int = 0, split: str | None = "rand
     raise FileNotFoundError(f"run folder {rdir} not found ({where}{layout}). {_make_hint(workdir)} The run, "
                             f"seed and split must be among config runs, seeds and splits.")
   ck_dir = os.path.join(rdir, "checkpoints")
-  if train_lib.RUN_SPECS.get(run, {}).get("kind") == "nearest":
+  if runs_lib.RUN_SPECS.get(run, {}).get("kind") == "nearest":
     raise FileNotFoundError(f"run {run!r} trains no policy (it copies the chain of the most similar training "
                             f"query), so {ck_dir} does not exist; load 'warmup' or an RL run instead.")
   if not os.path.isdir(ck_dir) or not any(n.isdigit() for n in os.listdir(ck_dir)):
@@ -326,7 +327,7 @@ def plan(view: RunView, query: str, *, beta: float | None = None, w: float | Non
   compiled, problem = view.compiled, view.problem
   q = embed_query(view, query)
   policy, row = _policy_with_query(compiled.policy, query, q)
-  task_sim = pher_lib.bank_similarity(jnp.asarray(problem.query_emb, jnp.float32), jnp.asarray(q[None]))
+  task_sim = memory_bank.bank_similarity(jnp.asarray(problem.query_emb, jnp.float32), jnp.asarray(q[None]))
   tools = np.full((1, horizon), -1, np.int32)
   status = np.full((1, horizon), policy_lib.STATUS_CODES["ok"], np.int32)
   observations = [[]] if policy.uses_observations else None
@@ -430,7 +431,7 @@ def learning_curves(workdir: str, runs: Sequence[str], path: str, *, split: str 
                     key: str = "rl/reward") -> str:
   """One metric against the training step for several runs: the mean over seeds and a min-max band, as a PNG.
 
-  Reads every <workdir>/<split>/seed_*/<run>/metrics.jsonl (`common.metric_writer.read_jsonl`); a step
+  Reads every <workdir>/<split>/seed_*/<run>/metrics.jsonl (`common.io.read_jsonl`); a step
   that only some seeds logged is averaged over those. Runs without the metric (e.g. 'nearest', 'warmup' for
   an 'rl/' key) are left out.
 
@@ -455,7 +456,7 @@ def learning_curves(workdir: str, runs: Sequence[str], path: str, *, split: str 
     for seed in _seeds_in(root):
       mpath = os.path.join(run_dir(workdir, run=run, seed=seed, split=split), "metrics.jsonl")
       if os.path.isfile(mpath):
-        pts = {int(r["step"]): float(r[key]) for r in metric_writer.read_jsonl(mpath)
+        pts = {int(r["step"]): float(r[key]) for r in io.read_jsonl(mpath)
                if isinstance(r.get(key), (int, float)) and "step" in r}
         if pts:
           per_seed.append(pts)

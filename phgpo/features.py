@@ -30,6 +30,7 @@ from typing import Any, Iterator, Protocol, Sequence
 import numpy as np
 from absl import logging
 
+from common import io
 from phgpo import data as data_lib
 
 CACHE_ENV = "AGENTIC_RL_CACHE"
@@ -137,9 +138,7 @@ class EmbeddingCache:
       np.save(self.folder / shard, vectors)
       for row, k in enumerate(keys):
         index["entries"][k] = [shard, row]
-      tmp = self.folder / f".index-{uuid.uuid4().hex[:8]}.tmp"
-      tmp.write_text(json.dumps(index))
-      os.replace(tmp, self.folder / "index.json")
+      io.write_json(self.folder / "index.json", index, indent=None)
 
 
 def embed_texts(encoder: TextEncoder, texts: Sequence[str], cache_dir: str | os.PathLike | None = None, *,

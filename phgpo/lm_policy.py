@@ -4,30 +4,30 @@ Adapts `phgpo.lm_tool_policy.LMToolPolicy` (a Hugging Face decoder with LoRA ada
 the trainer's `ToolPolicy` interface: `featurize` renders each decision state (task query, then every
 (tool name, observation text) pair so far) with the checkpoint's chat template and tokenizes it on the host;
 `apply` returns one logit per tool from the last hidden state. Only the adapters and the tool head train
-(`trainable_mask`), as in the published setting (LoRA rank 64, alpha 128; config `policy.lora_rank`,
-`policy.lora_alpha`).
+(`trainable_mask`), as in the published setting (LoRA rank 64, alpha 128; config `model.lora_rank`,
+`model.lora_alpha`: the shared `model` schema, configs/schema.py).
 
-Scale knobs (the update itself is phgpo.steps.Compiled): `policy.dtype` / `policy.param_dtype` (compute and
-storage dtypes; 'bfloat16' storage with `policy.master_weights` keeps float32 master weights and optimizer
-state), `policy.remat` (activation checkpointing per decoder layer), `policy.micro_batches` (the update's
+Scale knobs (the update itself is phgpo.steps.Compiled): `model.dtype` / `model.param_dtype` (compute and
+storage dtypes; 'bfloat16' storage with `optim.master_weights` keeps float32 master weights and optimizer
+state), `model.remat` (activation checkpointing per decoder layer), `policy.micro_batches` (the update's
 forward pass in that many strided micro-batches under jax.checkpoint, common.lm.training.micro_batched_apply),
 and the device mesh of config `mesh.shape` (optional mesh.rules; default (1, 1, 1): one device): the base weights
 load straight into their shardings, adapters, tool head and optimizer state are placed beside them, and each
 update's rows are sharded over (data, fsdp) when their count is a multiple of data x fsdp.
 
-`policy.lm_checkpoint` names a local Hugging Face directory. The value `tiny:<family>` (family 'qwen2',
-'qwen3' or 'llama') writes a tiny random checkpoint with a tokenizer trained on the tool names into the
-embedding cache folder and uses it: the CPU smoke configuration, with no download.
+`model.checkpoint` names a local Hugging Face directory. The value `tiny:<family>` (family 'qwen2', 'qwen3' or
+'llama') writes a tiny random checkpoint with a tokenizer trained on the tool names into `model.cache_dir` (else
+the embedding cache folder) and uses it: the CPU smoke configuration, with no download.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+import ml_collections
 import numpy as np
 
-from common.lm import checkpoints
-from common.lm import training
+from common.lm import stages
 from phgpo import lm_tool_policy as tool_policy
 
 
@@ -79,25 +79,21 @@ class PhGPOLMPolicy:
     return self.lm.trainable_mask(params)
 
 
-def resolve_checkpoint(spec: str, tool_names: Sequence[str], cache_dir: str | None) -> str:
-  """A checkpoint directory for `policy.lm_checkpoint`: a path, or `tiny:<family>` with a tokenizer trained on
-  the tool names (written on first use; common.lm.checkpoints.resolve_checkpoint).
+def make_lm_policy(config, problem) -> PhGPOLMPolicy:
+  """Builds the LM policy for a `phgpo.problem.Problem` from `config.model` (the checkpoint, resolved by
+  common.lm.stages.resolve_checkpoint with a tokenizer trained on the tool names), `config.policy.lm_max_length`
+  and the mesh of `mesh.shape`.
 
   Raises:
-    ValueError: empty value (the message says how to set it) or a folder that is not a checkpoint.
+    ValueError: empty or missing `model.checkpoint`.
   """
-  return checkpoints.resolve_checkpoint(spec, corpus=list(tool_names), cache_dir=cache_dir,
-                                        config_key="policy.lm_checkpoint")
-
-
-def make_lm_policy(config, problem) -> PhGPOLMPolicy:
-  """Builds the LM policy for a `phgpo.problem.Problem` from `config.policy` and the mesh of `mesh.shape`."""
-  pc = config.policy
+  mc = config.model
   names = list(problem.graph.tool_names)
-  path = resolve_checkpoint(pc.lm_checkpoint, names, config.encoder.cache_dir or None)
-  mesh, rules = training.mesh_from_config(config.get("mesh", None))
-  lm = tool_policy.LMToolPolicy(path, names, lora_rank=pc.lora_rank, lora_alpha=pc.lora_alpha,
-                                max_length=pc.lm_max_length, dtype=pc.get("dtype", "float32"),
-                                param_dtype=pc.get("param_dtype", None) or None, remat=pc.get("remat", "none"),
-                                mesh=mesh, rules=rules)
+  if not mc.cache_dir and config.encoder.cache_dir:
+    mc = ml_collections.ConfigDict(dict(mc.to_dict(), cache_dir=config.encoder.cache_dir))
+  path = stages.resolve_checkpoint(mc, corpus=names)
+  mesh, rules = stages.mesh_of(config)
+  lm = tool_policy.LMToolPolicy(path, names, lora_rank=mc.lora_rank, lora_alpha=mc.lora_alpha,
+                                max_length=config.policy.lm_max_length, dtype=mc.dtype,
+                                param_dtype=mc.param_dtype or None, remat=mc.remat, mesh=mesh, rules=rules)
   return PhGPOLMPolicy(lm, [t.query for t in problem.tasks], names)

@@ -59,7 +59,7 @@ class LMToolPolicy:
   Args:
     checkpoint_dir: local directory with config.json, safetensors weights and tokenizer.
     tool_names: the N tool names, in the environment's tool order (logit n is tool n).
-    lora_rank, lora_alpha, lora_targets: adapters (PhGPO config `policy.lora_rank`, `policy.lora_alpha`); rank 0 = full
+    lora_rank, lora_alpha, lora_targets: adapters (config `model.lora_rank`, `model.lora_alpha`); rank 0 = full
       fine-tuning.
     dtype, param_dtype: compute / storage dtype.
     remat: activation checkpointing policy.

@@ -20,8 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common.metrics import pass_at_k  # noqa: F401  (re-exported: PhGPO reports pass@k too)
-
 SUCCESS_THRESHOLD = 0.7
 
 

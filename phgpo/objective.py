@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from common import losses
+from phgpo import edges
 from phgpo import pheromone as pher_lib
 from phgpo import sampling
 
@@ -283,7 +284,7 @@ def decide(key: chex.PRNGKey, logits: chex.Array, pher: pher_lib.PheromoneState,
   # Effective (lazily evaporated) tau_arg rows of the chosen tools only: O(B Tm), not O(N Tm).
   tmpl_rows = pher_lib.arg_rows(pher, tools, tau_min=tau_min)
   row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0], dtype=jnp.int32), -1)
-  templates = sampling.sample_templates(k_tmpl, tmpl_rows, pher_lib.take_rows(template_mask, tools),
+  templates = sampling.sample_templates(k_tmpl, tmpl_rows, edges.take_rows(template_mask, tools),
                                         row_of)
   logp = jnp.take_along_axis(logp_all, jnp.maximum(tools, 0)[:, None], axis=1)[:, 0]
   return Decision(tools, templates, logp, has, logp_behaviour)

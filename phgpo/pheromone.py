@@ -62,8 +62,6 @@ from phgpo import memory_bank
 from phgpo import pheromone_rule as rule
 
 DEP_UNITS = memory_bank.DEP_UNITS
-take_rows = edges.take_rows                    # re-exported: rows of a replicated table
-bank_similarity = memory_bank.bank_similarity  # re-exported: task-to-task cosine similarity
 evaporate, deposit, clip_pheromone = rule.evaporate, rule.deposit, rule.clip_pheromone  # eager forms
 
 
@@ -235,7 +233,7 @@ def arg_rows(state: PheromoneState, tools: chex.Array, *, tau_min) -> jax.Array:
   Notes:
     To sample templates from these rows with `phgpo.sampling.sample_templates` (which gathers row
     tools[b] itself), pass the rows as the table and each rollout's own row index:
-      sample_templates(key, arg_rows(state, tools, tau_min=...), take_rows(template_mask, tools),
+      sample_templates(key, arg_rows(state, tools, tau_min=...), edges.take_rows(template_mask, tools),
                        jnp.where(tools >= 0, jnp.arange(B, dtype=jnp.int32), -1))
     draws exactly what sample_templates(key, effective_tau_arg(state, ...), template_mask,
     tools) draws (its noise is per rollout), in O(B Tm) instead of O(N Tm).
@@ -245,7 +243,7 @@ def arg_rows(state: PheromoneState, tools: chex.Array, *, tau_min) -> jax.Array:
   state = _check_state(state)
   rule.check_bounds(tau_min, tau_min)
   tools = jnp.asarray(tools)
-  return _effective(take_rows(state.tau_arg, tools), take_rows(state.tau_arg_step, tools),
+  return _effective(edges.take_rows(state.tau_arg, tools), edges.take_rows(state.tau_arg_step, tools),
                     state.num_updates, state.arg_rho, tau_min)
 
 
@@ -497,7 +495,7 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex
   state = _check_state(state)
   prev_tools = jnp.asarray(prev_tools)
   n = state.tau.shape[1]
-  tau_agn = _effective(take_rows(state.tau, prev_tools), take_rows(state.tau_step, prev_tools),
+  tau_agn = _effective(edges.take_rows(state.tau, prev_tools), edges.take_rows(state.tau_step, prev_tools),
                        state.num_updates, state.rho, tau_min)
   if rule.is_static(w) and w == 0:
     return jnp.clip(tau_agn, tau_min, tau_max)

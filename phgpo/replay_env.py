@@ -47,7 +47,7 @@ import difflib
 from typing import Any, Mapping, NamedTuple, Sequence
 
 from common.env_client import EnvSpec
-from common.envs.base import STATUSES, StepResult, ToolEnv  # noqa: F401  (re-exported)
+from common.envs.base import StepResult, ToolEnv
 from phgpo import data as data_lib
 
 HORIZONS = ("gold", "max_steps")

@@ -19,7 +19,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from phgpo import pheromone
+from phgpo import edges
 
 NO_CANDIDATE = -1
 
@@ -178,8 +178,8 @@ def sample_templates(key: chex.PRNGKey, tau_arg: chex.Array, template_mask: chex
   n, tm = tau_arg.shape
   tools = tools.astype(jnp.int32)
   in_range = (tools >= 0) & (tools < n)
-  row = pheromone.take_rows(tau_arg, tools).astype(jnp.float32)
-  ok = pheromone.take_rows(template_mask, tools) & in_range[:, None] & (row > 0)
+  row = edges.take_rows(tau_arg, tools).astype(jnp.float32)
+  ok = edges.take_rows(template_mask, tools) & in_range[:, None] & (row > 0)
   logits = jnp.where(ok, jnp.log(jnp.where(ok, row, 1.0)), -jnp.inf)
   perturbed = jnp.where(ok, logits + _row_gumbel(key, tools.shape[0], tm), -jnp.inf)
   pick = jnp.argmax(perturbed, axis=-1).astype(jnp.int32)

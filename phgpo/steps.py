@@ -7,8 +7,6 @@ the host-side glue of one update (featurize, advantages, epochs, pheromone) used
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -18,7 +16,9 @@ import optax
 
 from common import estimators
 from common.lm import training
+from common.lm import updates as kit
 from phgpo import classifier_rollout
+from phgpo import memory_bank
 from phgpo import objective
 from phgpo import pheromone as pher_lib
 from phgpo import policy as policy_lib
@@ -26,21 +26,14 @@ from phgpo.problem import Problem
 
 
 @flax.struct.dataclass
-class TrainState:
-  """The whole train state of one run, saved as one Orbax checkpoint.
+class TrainState(kit.TrainState):
+  """The whole train state of one run, saved as one Orbax checkpoint: the trainer kit's state
+  (common.lm.updates.TrainState: params, opt_state, key, step) and the pheromone.
 
   Attributes:
-    params: the policy's parameters (pytree).
-    opt_state: the optimizer state (optax).
     pheromone: `phgpo.pheromone.PheromoneState` (unchanged during the warm-up).
-    key: u32[2] PRNG key data (`jax.random.key_data`; Orbax cannot write typed keys).
-    step: i32[], steps done in this stage.
   """
-  params: Any
-  opt_state: Any
   pheromone: pher_lib.PheromoneState
-  key: jax.Array
-  step: jax.Array
 
 
 def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_lib.PheromoneState:
@@ -54,45 +47,34 @@ def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_
       edge_mask=jnp.asarray(g.edge_mask))
 
 
-def make_optimizer(learning_rate: float, grad_clip: float, policy=None) -> optax.GradientTransformation:
-  """Adam with global-norm clipping (`optim.grad_clip`); only the policy's trainable leaves (e.g. LoRA
-  adapters) move when the policy defines `trainable_mask(params)`."""
-  tx = optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(learning_rate))
-  if policy is not None and hasattr(policy, "trainable_mask"):
-    labels = lambda params: jax.tree.map(lambda m: "train" if m else "freeze", policy.trainable_mask(params))
-    tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()}, labels)
-  return tx
+def optim_settings(config: ml_collections.ConfigDict, learning_rate: float) -> kit.OptimSettings:
+  """The optimizer of a stage: config `optim.*` (Adam, `optim.name` 'adam', with global-norm clipping
+  `optim.grad_clip`; float32 master weights with `optim.master_weights`) at `learning_rate`."""
+  return kit.optim_settings(config.optim, learning_rate)
+
+
+def make_optimizer(config: ml_collections.ConfigDict, learning_rate: float, policy=None):
+  """common.lm.updates.make_optimizer of `optim_settings`; only the policy's trainable leaves (e.g. LoRA adapters
+  and the tool head) move when the policy defines `trainable_mask(params)`."""
+  return kit.make_optimizer(optim_settings(config, learning_rate), trainable=getattr(policy, "trainable_mask", None))
 
 
 def place(state: TrainState, policy) -> TrainState:
-  """The state on the policy's mesh (common.lm.training.place_state: parameters by the logical-axis rules,
-  optimizer state beside them, pheromone, key and step replicated) when the policy has one (the LM policy,
-  config `mesh.shape`), else committed to the default device (`commit`)."""
-  mesh = getattr(policy, "mesh", None)
-  if mesh is None:
-    return commit(state)
-  return training.place_state(state, state.params, mesh, getattr(policy, "rules", None))
-
-
-def commit(tree):
-  """Places every leaf on the default device as a committed array.
-
-  Arrays restored by Orbax are committed and freshly made ones are not; jit keys its cache on that, so
-  without this a resumed run would recompile every step function once more.
-  """
-  dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  return jax.device_put(tree, dev)
+  """The state on the policy's mesh (parameters by the logical-axis rules, optimizer state beside them,
+  pheromone, key and step replicated) when the policy has one (the LM policy, config `mesh.shape`), else
+  committed to the default device (common.lm.updates.place)."""
+  return kit.place(state, getattr(policy, "mesh", None), getattr(policy, "rules", None))
 
 
 def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: float,
                params=None) -> TrainState:
   """A fresh train state: params (new from `seed`, or the given ones), optimizer state (with float32 master
-  weights when `policy.master_weights`), pheromone, key. Not yet placed: see `place`."""
+  weights when `optim.master_weights`), pheromone, key. Not yet placed: see `place`."""
   key = jax.random.key(seed)
   key, init_key = jax.random.split(key)
   if params is None:
     params = policy.init(init_key)
-  opt = make_optimizer(learning_rate, config.optim.grad_clip, policy)
+  opt = make_optimizer(config, learning_rate, policy)
   trainable = policy.trainable_mask(params) if hasattr(policy, "trainable_mask") else None
   opt_state = training.init_opt_state(opt, params, master_weights=master_weights(config), trainable=trainable)
   return TrainState(params=params, opt_state=opt_state, pheromone=init_pheromone(config, problem),
@@ -100,8 +82,8 @@ def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: fl
 
 
 def master_weights(config) -> bool:
-  """Config `policy.master_weights`: float32 master weights and optimizer state (common.lm.training)."""
-  return bool(config.policy.get("master_weights", False))
+  """Config `optim.master_weights`: float32 master weights and optimizer state (common.lm.training)."""
+  return bool(config.optim.get("master_weights", False))
 
 
 def micro_batches(config) -> int:
@@ -125,7 +107,7 @@ class Compiled:
     place_rows(tree) -> tree: batch rows sharded over the policy mesh's (data, fsdp) axes when the row count
       is a multiple of their size (else left as is, replicated by jit); identity without a mesh.
   The updates apply gradients with common.lm.training.apply_gradients (float32 master weights when the state
-  holds them, `policy.master_weights`); their forward pass runs in `policy.micro_batches` micro-batches.
+  holds them, `optim.master_weights`); their forward pass runs in `policy.micro_batches` micro-batches.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, policy: policy_lib.ToolPolicy, problem: Problem):
@@ -142,8 +124,8 @@ class Compiled:
                    agg_mode=rc.agg_mode)
     pher_hp = dict(rho=pc.rho, alpha=pc.alpha, tau_min=pc.tau_min, tau_max=pc.tau_max, arg_rho=pc.arg_rho,
                    arg_alpha=pc.arg_alpha, bank_min_score=pc.bank_min_score)
-    self.optimizer = make_optimizer(rc.learning_rate, config.optim.grad_clip, policy)
-    self.warmup_optimizer = make_optimizer(config.warmup.learning_rate, config.optim.grad_clip, policy)
+    self.optimizer = make_optimizer(config, rc.learning_rate, policy)
+    self.warmup_optimizer = make_optimizer(config, config.warmup.learning_rate, policy)
     self.mesh, self.rules = getattr(policy, "mesh", None), getattr(policy, "rules", None)
     n_micro = micro_batches(config)
     # The updates' forward pass: in `policy.micro_batches` strided micro-batches under jax.checkpoint (the
@@ -181,7 +163,7 @@ class Compiled:
       return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_ids, **pher_hp)
 
     task_keys = jnp.asarray(problem.query_emb, jnp.float32)
-    sim_of = jax.jit(lambda q: pher_lib.bank_similarity(task_keys, q))
+    sim_of = jax.jit(lambda q: memory_bank.bank_similarity(task_keys, q))
     self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]))
 
     self.decide = jax.jit(decide)

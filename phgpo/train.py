@@ -40,10 +40,10 @@ import ml_collections
 import numpy as np
 import tqdm
 
-from common import checkpoint as ckpt_lib
-from common import metric_writer
+from common import config_util
+from common import io
 from common import provenance
-from common.lm import training
+from common.lm import stages
 from phgpo import classifier_rollout as rollout_lib
 from phgpo import curriculum
 from phgpo import data as data_lib
@@ -51,38 +51,19 @@ from phgpo import evaluation
 from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
 from phgpo import steps
+from phgpo.runs import RUN_SPECS, TABLE_RUNS, run_config
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
 # What each run changes in the config, applied by `run_config`. 'nearest' and 'warmup' train nothing after the
 # warm-up; the others run stages 2-3 from the warm-up policy.
-RUN_SPECS = {
-    "nearest": dict(kind="nearest"),
-    "warmup": dict(kind="warmup"),
-    "grpo_vanilla": dict(kind="rl", pheromone=False, curriculum=False),
-    "grpo": dict(kind="rl", pheromone=False, curriculum=True),
-    "phgpo": dict(kind="rl", pheromone=True, curriculum=True),
-    "no_curriculum": dict(kind="rl", pheromone=True, curriculum=False),
-    "rho0": dict(kind="rl", pheromone=True, curriculum=True, no_evaporation=True),
-    "agnostic_only": dict(kind="rl", pheromone=True, curriculum=True, task_dependent=False),
-    "frozen": dict(kind="rl", pheromone=True, curriculum=True, freeze=True),
-    "authors": dict(kind="rl", pheromone=True, curriculum=True, authors=True),
-}
-RUN_KINDS = tuple(RUN_SPECS)
-# The rows of each table of config `table` (configs/phgpo_traject.py holds the same tuples); a run of a subset
-# writes results_<table>_<runs>.* beside the full table.
-TABLE_RUNS = {"main": ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo"),
-              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors")}
 SL_STEPS = ("teacher_forced", "all")
 
-
-def _split_commas(values) -> tuple:
-  """('a,b',) or 'a,b' -> ('a', 'b'): a comma-separated flag value read as one string."""
-  values = [values] if isinstance(values, str) else list(values)
-  out = []
-  for v in values:
-    out += [x.strip() for x in str(v).split(",") if x.strip()] if isinstance(v, str) else [v]
-  return tuple(out)
+# The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
+# what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs a
+# table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
+RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat")
+REPORT_ONLY = ("runs", "table", "reference", "stats.", "seeds", "splits")
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -93,11 +74,11 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   `ablation.freeze_at` and `logging.pheromone_snapshots`.
   """
   if config.policy.get("kind", "") == "lm":
-    training.check_scale_config(config.policy, config.get("mesh", None), model_key="policy")
+    stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   with config.unlocked():
-    config.runs = _split_commas(config.runs)
-    config.splits = _split_commas(config.splits)
-    config.seeds = _split_commas(config.seeds)
+    config.runs = config_util.split_commas(config.runs)
+    config.splits = config_util.split_commas(config.splits)
+    config.seeds = config_util.split_commas(config.seeds)
   bad = [r for r in config.runs if r not in RUN_SPECS]
   if bad or not config.runs:
     raise ValueError(f"config runs holds unknown run names {bad or '(none given)'}; valid: {list(RUN_SPECS)}")
@@ -152,69 +133,21 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "curriculum.p_tf_floor > 0 (the authors: 0.05)")
 
 
-def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
-  """The config one RL run trains with: `config` with its `RUN_SPECS` entry applied.
-
-  beta = 0 runs set pheromone.beta_max = pheromone.w_max = 0 (the pheromone is still updated, never used);
-  no-curriculum runs set curriculum.steps = 0 and the curriculum floors curriculum.lambda_floor =
-  curriculum.p_tf_floor = 0 (stage 3 from the first step: no teacher forcing, no SL term, full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
-  'frozen' sets pheromone.freeze_at = ablation.freeze_at; 'authors' switches every schedule choice to the
-  authors' released trainer: curriculum.lambda_floor = 0.3, curriculum.p_tf_floor = 0.05,
-  curriculum.beta_start_fraction = 1.0, pheromone.first_step = False, rl.sl_steps = 'all'.
-
-  Raises:
-    ValueError: an unknown run name.
-  """
-  if run not in RUN_SPECS:
-    raise ValueError(f"unknown run {run!r}; valid: {list(RUN_SPECS)}")
-  spec = RUN_SPECS[run]
-  cfg = ml_collections.ConfigDict(config.to_dict())
-  if not spec.get("pheromone", True):
-    cfg.pheromone.beta_max = 0.0
-    cfg.pheromone.w_max = 0.0
-  if not spec.get("curriculum", True):
-    cfg.curriculum.steps = 0
-    cfg.curriculum.lambda_floor = 0.0
-    cfg.curriculum.p_tf_floor = 0.0
-  if spec.get("no_evaporation"):
-    cfg.pheromone.rho = 0.0
-    cfg.pheromone.arg_rho = 0.0
-  if spec.get("task_dependent") is False:
-    cfg.pheromone.w_max = 0.0
-  if spec.get("freeze"):
-    cfg.pheromone.freeze_at = int(config.ablation.freeze_at)
-  if spec.get("authors"):
-    cfg.curriculum.lambda_floor = 0.3
-    cfg.curriculum.p_tf_floor = 0.05
-    cfg.curriculum.beta_start_fraction = 1.0
-    cfg.pheromone.first_step = False
-    cfg.rl.sl_steps = "all"
-  cfg.lock()
-  return cfg
-
-
 def _progress(total: int, initial: int, desc: str, enabled: bool):
   return tqdm.tqdm(total=total, initial=initial, desc=desc, disable=not enabled, dynamic_ncols=True,
                    leave=False)
 
 
 def _write_json(path: str, obj: dict) -> None:
-  with open(path + ".tmp", "w") as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-  os.replace(path + ".tmp", path)
+  io.write_json(path, obj, sort_keys=True)
 
 
 def _open_run(config, workdir: str, init: TrainState, policy=None):
-  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run.
-
-  The state is placed first (`phgpo.steps.place`: on the LM policy's mesh, else on the default device), so a
-  checkpoint restores into the same shardings."""
-  ck = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
-                             save_every=config.checkpoint.every)
-  state, start = ck.restore_or_init(steps.place(init, policy))
-  start = 0 if start is None else start
-  writer = metric_writer.MetricWriter(workdir, resume_step=start, tensorboard=config.logging.tensorboard)
-  return ck, steps.place(state, policy), start, writer
+  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run
+  (common.lm.stages.open_stage). The state is placed first (`phgpo.steps.place`: on the LM policy's mesh, else
+  on the default device), so a checkpoint restores into the same shardings."""
+  stage = stages.open_stage(workdir, init, config, place=lambda s: steps.place(s, policy))
+  return stage.checkpointer, stage.state, stage.start, stage.writer
 
 
 def _log_now(config, step: int, total: int) -> bool:
@@ -262,9 +195,8 @@ def _snapshot(config, workdir: str, step: int, pher) -> None:
   os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, f"tau_step_{step}.npy")
   tau = np.asarray(jax.device_get(pher_lib.effective_tau(pher, tau_min=config.pheromone.tau_min)), np.float32)
-  with open(path + ".tmp", "wb") as f:
+  with io.atomic_write(path, "wb") as f:
     np.save(f, tau)
-  os.replace(path + ".tmp", path)
 
 
 def first_success_summary(first: dict[str, int], visited) -> dict:

@@ -45,7 +45,8 @@ import jax.numpy as jnp
 
 from common import estimators
 from common import gigpo
-from common.estimators import _as_valid, _float_dtype, _gather, _safe_div
+from common.rows import (as_valid, check_choice, check_int, check_range, check_rows, float_dtype, gather,
+                         safe_div)
 
 STEP_GROUPINGS = ("turn", "success")
 
@@ -59,15 +60,15 @@ class PlanPOAdvantages(NamedTuple):
 
 def _checks(rewards, success, lengths, group_ids, rollout_ids, turn_ids, mask, num_groups,
             num_rollouts, max_turns):
-  gigpo._check_int("num_groups", num_groups)
-  gigpo._check_int("num_rollouts", num_rollouts)
-  gigpo._check_int("max_turns", max_turns)
-  gigpo.check_rows([rewards], [group_ids, rollout_ids, turn_ids], mask)
+  check_int("num_groups", num_groups)
+  check_int("num_rollouts", num_rollouts)
+  check_int("max_turns", max_turns)
+  check_rows([rewards], [group_ids, rollout_ids, turn_ids], mask)
   chex.assert_rank([success, lengths], 1)
   chex.assert_equal_shape([rewards, success, lengths])
-  gigpo._check_range("group_ids", group_ids, num_groups)
-  gigpo._check_range("rollout_ids", rollout_ids, num_rollouts)
-  gigpo._check_range("turn_ids", turn_ids, max_turns)
+  check_range("group_ids", group_ids, num_groups)
+  check_range("rollout_ids", rollout_ids, num_rollouts)
+  check_range("turn_ids", turn_ids, max_turns)
 
 
 def _flag(x):
@@ -92,16 +93,16 @@ def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, c
   Returns:
     f32[R] R_E per row (reward units per turn), 0 at masked rows.
   """
-  dtype = _float_dtype(rewards)
-  valid = _as_valid(mask, rewards)
+  dtype = float_dtype(rewards)
+  valid = as_valid(mask, rewards)
   _, turns = gigpo.rollout_table(jnp.zeros(jnp.shape(rewards), dtype), rollout_ids,
                                  num_rollouts=num_rollouts, mask=valid)
-  t_i = _gather(turns, rollout_ids)
+  t_i = gather(turns, rollout_ids)
   if conditional:
     num = jnp.where(valid & _flag(success), jnp.asarray(rewards, dtype), 0.0)
   else:
     num = jnp.where(valid, 1.0, 0.0).astype(dtype)
-  return jnp.where(valid, _safe_div(num, t_i), 0.0)
+  return jnp.where(valid, safe_div(num, t_i), 0.0)
 
 
 def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_groups, num_rollouts,
@@ -131,8 +132,8 @@ def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_group
   """
   kw = dict(num_groups=num_groups, num_rollouts=num_rollouts, mask=mask, stats_over=stats_over,
             norm=norm, eps=eps, ddof=ddof)
-  gigpo._check_choice("stats_over", stats_over, gigpo.STATS_OVER, "planpo.stats_over")
-  gigpo._check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
+  check_choice("stats_over", stats_over, gigpo.STATS_OVER, "planpo.stats_over")
+  check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
   r_e = episode_rewards(rewards, success, rollout_ids, num_rollouts=num_rollouts, mask=mask,
                         conditional=conditional)
   a_e = gigpo.episode_advantages(r_e, group_ids, rollout_ids, **kw)
@@ -170,15 +171,15 @@ def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_g
     ValueError: bad static ints or switches; ids out of range (only when concrete).
     AssertionError: wrong rank, shape or dtype (at trace time).
   """
-  gigpo._check_choice("step_grouping", step_grouping, STEP_GROUPINGS, "planpo.step_grouping")
-  gigpo._check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
-  gigpo._check_int("num_groups", num_groups)
-  gigpo._check_int("max_turns", max_turns)
-  gigpo.check_rows([rewards], [group_ids, turn_ids], mask)
+  check_choice("step_grouping", step_grouping, STEP_GROUPINGS, "planpo.step_grouping")
+  check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
+  check_int("num_groups", num_groups)
+  check_int("max_turns", max_turns)
+  check_rows([rewards], [group_ids, turn_ids], mask)
   chex.assert_equal_shape([rewards, success, lengths])
-  gigpo._check_range("turn_ids", turn_ids, max_turns)
-  dtype = _float_dtype(rewards)
-  valid = _as_valid(mask, rewards)
+  check_range("turn_ids", turn_ids, max_turns)
+  dtype = float_dtype(rewards)
+  valid = as_valid(mask, rewards)
   length = jnp.where(valid, jnp.asarray(lengths, dtype), 0.0)
   ok = _flag(success) if conditional else jnp.ones(jnp.shape(valid), bool)
   member = valid & (length > 0)
@@ -189,7 +190,7 @@ def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_g
     member = member & ok
     gid, num = group_ids, num_groups
   numer = jnp.asarray(rewards, dtype) if conditional else jnp.ones(jnp.shape(length), dtype)
-  r_s = jnp.where(member & ok, _safe_div(jnp.where(member & ok, numer, 0.0), length), 0.0)
+  r_s = jnp.where(member & ok, safe_div(jnp.where(member & ok, numer, 0.0), length), 0.0)
   if norm == "std":
     return estimators.grpo_advantages(r_s, gid, num_groups=num, mask=member, eps=eps, ddof=ddof)
   return estimators.drgrpo_advantages(r_s, gid, num_groups=num, mask=member)

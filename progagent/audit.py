@@ -35,6 +35,7 @@ import tempfile
 import time
 
 from progagent import harness
+from progagent import inprocess_runtime
 from progagent import tasks as tasks_lib
 from progagent.task_env import ProgTaskEnv
 from progagent.tasks import base
@@ -114,7 +115,7 @@ def run_wrong(env: ProgTaskEnv, oracle_answer, *, seed: int = 0, runtime: str = 
   env.reset(task.task_id, seed)
   prog = task.wrong_program()
   if prog is not None:
-    rt = harness.make_runtime(runtime, env)
+    rt = inprocess_runtime.make_runtime(runtime, env)
     try:
       rt.run(prog)
     finally:

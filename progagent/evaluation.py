@@ -25,7 +25,6 @@ unit is one (task, level, seed) instance with c successes out of n; per level:
 from __future__ import annotations
 
 import ast
-import json
 import os
 import shutil
 from typing import Any, Mapping, Sequence
@@ -37,6 +36,7 @@ import numpy as np
 from common import metrics as metrics_lib
 from common import stats
 from common import trajectory as traj_lib
+from common.lm.sampler import LMSampler
 from progagent import harness
 from progagent import rollouts
 from progagent.task_env import split_instance_id
@@ -91,13 +91,13 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
   out: list[traj_lib.Trajectory] = []
   pad = policy.model.pad_token_id or 0
   for i, seed in enumerate(ev.seeds):
-    sampler = rollouts.LMSampler(params, policy.model, key=jax.random.fold_in(key, i), rows=rows,
-                                 max_new_tokens=ec.env.max_response_tokens, temperature=float(ev.temperature),
-                                 top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
-                                 stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
-                                 pad_id=pad, buckets=tuple(config.lengths.buckets),
-                                 chunk_rows=config.gspo.generate_batch_size,
-                                 **rollouts.sampler_options(ec, policy.model, rows))
+    sampler = LMSampler(params, policy.model, key=jax.random.fold_in(key, i), rows=rows,
+                        max_new_tokens=ec.env.max_response_tokens, temperature=float(ev.temperature),
+                        top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
+                        stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
+                        pad_id=pad, buckets=tuple(config.lengths.buckets),
+                        chunk_rows=config.gspo.generate_batch_size,
+                        **rollouts.sampler_options(ec, policy.model, rows))
     seed_cache = None if cache_dir is None else os.path.join(cache_dir, f"eval-{mode}-{seed}")
     workers = rollouts.make_pool(ec, rows, cache_dir=seed_cache)
     try:
@@ -178,11 +178,3 @@ def format_level_table(results: Mapping[str, Mapping[int, dict]], levels: Sequen
                    f" {_fmt(r['branch_share']):>7} {_fmt(r['try_share']):>5}")
     lines.append("")
   return "\n".join(lines).rstrip()
-
-
-def write_json(path: str, obj: Any) -> None:
-  """Writes JSON atomically (a temporary file renamed over `path`)."""
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1, default=float)
-  os.replace(tmp, path)

@@ -49,8 +49,6 @@ from typing import Any, Callable, Mapping, Sequence
 from common import chat
 from common import tool_calls
 from common import tool_wire
-from common.tool_wire import MAX_OUTPUT_CHARS, ExecResult, format_exec, truncate_output  # noqa: F401 (re-exported)
-from progagent.inprocess_runtime import InProcessRuntime, make_runtime  # noqa: F401 (re-exported)
 from progagent import ptc_env
 from progagent.task_env import ProgTaskEnv
 from progagent.tasks import oracle as oracle_lib
@@ -167,11 +165,6 @@ def mode_tools(mode: str, task_id: str) -> list[dict]:
 def tools_text(schemas: Sequence[Mapping[str, Any]]) -> str:
   """The text the token proxy counts for the tool schemas: their JSON ('' for none)."""
   return json.dumps(list(schemas), ensure_ascii=False) if schemas else ""
-
-
-# ------------------------------------------------------------------------------------------------ runtimes
-# InProcessRuntime, make_runtime: progagent/inprocess_runtime.py; ExecResult, format_exec, truncate_output:
-# common/tool_wire.py (both re-exported above).
 
 
 # ------------------------------------------------------------------------------------------------ episodes

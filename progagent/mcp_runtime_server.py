@@ -45,7 +45,7 @@ One server process serves one episode: one persistent kernel, variables kept acr
 `--workdir` or a fresh temporary directory removed at exit) seen as /workspace. The process exits when its
 stdin closes (or on SIGTERM), and every process of the episode dies with it. What a SIGKILLed server leaves
 (its default workspace, the runtime's folder, cgroups) is named after its pid and removed by the next
-server (or any process) that starts a sandbox (common.sandbox.sweep_stale).
+server (or any process) that starts a sandbox (common.sandbox_cgroup.sweep_stale).
 
 `programmatic_tool_call` answers with text content (common.tool_wire.format_exec: the same observation
 text the in-process runtime and progagent.ptc_env give for the program) and structured
@@ -66,10 +66,9 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 from typing import Any, Callable
 
-from common import sandbox_guard, tool_wire
+from common import io, sandbox_guard, tool_wire
 from common.env_server import load_factory
 from common.sandbox import SandboxConfig
 
@@ -135,25 +134,6 @@ def check_task(task_id: str, level: int | None) -> tuple[str, int]:
   return tid, lvl
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-  """Writes `obj` as JSON to `path` through a temporary file in the same directory and a rename."""
-  path = os.path.abspath(path)
-  fd, tmp = tempfile.mkstemp(prefix=".verdict-", suffix=".tmp", dir=os.path.dirname(path))
-  try:
-    with os.fdopen(fd, "w") as f:
-      json.dump(obj, f)
-      f.write("\n")
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.unlink(tmp)
-    except OSError:
-      pass
-    raise
-
-
 class Verdict:
   """The host-side record of a task episode: {done, reward, task_id, level, seed, tool_calls, tool_errors}.
 
@@ -191,7 +171,7 @@ class Verdict:
     if self.path is None:
       return
     try:
-      write_json_atomic(self.path, self.as_dict())
+      io.write_json(self.path, self.as_dict(), indent=None, fsync=True, newline=True, permissions=0o600)
       self.written = True
     except OSError:
       _log.exception("could not write the verdict file %s", self.path)
@@ -483,7 +463,7 @@ def main(argv: list[str] | None = None) -> None:
   if a.verdict_file is not None and not os.path.isdir(os.path.dirname(os.path.abspath(a.verdict_file))):
     p.error(f"--verdict-file {a.verdict_file!r}: its directory does not exist")
   # <tmp>/agentrl-pws-<pid>-*: like the runtime's folder (agentrl-pa-<pid>-*) and the sandbox's cgroups
-  # (agentrl-<pid>-*), swept by the next process's common.sandbox.sweep_stale() if this one is SIGKILLed.
+  # (agentrl-<pid>-*), swept by the next process's common.sandbox_cgroup.sweep_stale() if this one is SIGKILLed.
   given = a.workdir if a.task is not None else a.workspace
   own_dir = given or sandbox_guard.owned_tempdir("pws")
   holder: list = []

@@ -27,10 +27,10 @@ import numpy as np
 
 from common import chat as chat_lib
 from common import env_pool
+from common import policy_io
 from common import rollout as rollout_lib
 from common import trajectory as traj_lib
 from common.lm import sampler as sampler_lib
-from common.lm.sampler import LMSampler  # noqa: F401  (moved to common; re-exported)
 from progagent import harness
 from progagent import ptc_env
 
@@ -75,7 +75,7 @@ def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:
                                    step_timeout_s=STEP_TIMEOUT_S)
 
 
-def run_rollouts(pool: env_pool.WorkerPool, sampler: rollout_lib.Policy, chat: chat_lib.ChatTemplate,
+def run_rollouts(pool: env_pool.WorkerPool, sampler: policy_io.Policy, chat: chat_lib.ChatTemplate,
                  task_ids: Sequence[str], *, config, seed: int) -> list[traj_lib.Trajectory]:
   """G = gspo.rollouts_per_task rollouts of every task through the common driver (module docstring).
 

@@ -21,7 +21,7 @@ Layout of one episode:
   <workspace_dir>/           = /workspace inside (the task's files; read-write; the runtime
                                adds nothing to it)
   <base>/                    = <tmp>/agentrl-pa-<pid>-*, the host's (root, 0700): swept by the
-                               next process's common.sandbox.sweep_stale() if this one is killed
+                               next process's common.sandbox_cgroup.sweep_stale() if this one is killed
   <base>/tmp/                = /tmp inside (read-write), kept across kernel restarts
   <base>/run/                = /tmp/.progagent inside, READ-ONLY there: the tool socket
                                (tools.sock) and each kernel's log (kN.log), out of the program's reach
@@ -158,7 +158,7 @@ class ProgramRuntime:
     self.start_timeout_s = (kl.default_start_timeout_s() if start_timeout_s is None
                             else float(start_timeout_s)) * self.wait_scale
     self.sandbox_config = sandbox
-    # <tmp>/agentrl-pa-<pid>-*: swept by common.sandbox's sweep_stale() once this process is gone.
+    # <tmp>/agentrl-pa-<pid>-*: swept by common.sandbox_cgroup's sweep_stale() once this process is gone.
     self.base_dir = sandbox_guard.owned_tempdir("pa")
     self.scratch_dir = os.path.join(self.base_dir, "tmp")
     self.runtime_dir = os.path.join(self.base_dir, "run")

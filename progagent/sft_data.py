@@ -8,7 +8,7 @@ the rollout driver (common.rollout) builds a rollout:
   response_t = chat.assistant_ids(assistant message t)           (ends with the end-of-turn token)
   prompt_t   = chat.follow_up_ids(tool / user messages after response_{t-1}, after=response_{t-1})
 so SFT teaches exactly the tokens the rollouts produce: `Trajectory.policy_mask` is True on the assistant
-tokens only, and the SFT loss (progagent.updates.sft_update) covers those only.
+tokens only, and the SFT loss (common.lm.updates.sft_update) covers those only.
 
 Source: ProgAgent (2026), "Training" (SPEC.md, ProgAgent): SFT cold start on teacher trajectories whose
 criterion score is >= 0.7. The criterion score of an episode is its verifier reward R in {0, 1} (the source's

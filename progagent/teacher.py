@@ -52,7 +52,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from common import metric_writer
+from common import io
 from progagent import harness
 from progagent import ptc_env
 from progagent import tasks as tasks_lib
@@ -136,7 +136,7 @@ def _key(rec: Mapping[str, Any]) -> tuple:
 def read_records(path: str) -> list[dict]:
   """The records of a teacher JSONL file ([] when it does not exist; a truncated last line, from a killed
   run, is skipped)."""
-  return metric_writer.read_jsonl(path) if os.path.exists(path) else []
+  return io.read_jsonl(path) if os.path.exists(path) else []
 
 
 def collect(client: ChatClient | harness.Policy, task_ids: Sequence[str], *, mode: str, k: int,
@@ -222,19 +222,6 @@ def collect(client: ChatClient | harness.Policy, task_ids: Sequence[str], *, mod
   return [done[(t, scale, mode, s)] for t in task_ids for s in range(k)]
 
 
-def select_tasks(spec: str) -> list[str]:
-  """Comma list of task ids or domain names ('retail,hr/raise_top_rated'); '' = every task."""
-  if not spec:
-    return tasks_lib.task_ids()
-  out: list[str] = []
-  for part in (p.strip() for p in spec.split(",")):
-    if not part:
-      continue
-    ids = tasks_lib.task_ids(part) if part in tasks_lib.DOMAINS else [tasks_lib.get_task(part).task_id]
-    out += [t for t in ids if t not in out]
-  return out
-
-
 # ------------------------------------------------------------------------------------------------ CLI
 
 
@@ -278,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   """The CLI (see the module docstring); returns the exit status."""
   a = _parse_args(argv)
   log = None if a.quiet else functools.partial(print, flush=True)
-  task_ids = select_tasks(a.tasks)
+  task_ids = tasks_lib.select_tasks(a.tasks)
   tokenizer = None
   if a.tokenizer:
     import transformers  # pylint: disable=g-import-not-at-top

@@ -25,7 +25,7 @@ and `call_tool(name, arguments) -> result`, where result is an MCP `CallToolResu
 wire dict {"content", "structuredContent", "isError"}, or a `StepResult`-like object with
 `.observation` and `.status`. `as_backend` also adapts a ToolEnv-shaped object
 (common.envs.base.ToolEnv, common.env_client.EnvClient / EnvSlot: `tools()` and `step(call)`), and
-`McpBackend` any MCP server driven by common.env_client.McpProcess. `FunctionBackend` serves a dict of
+`McpBackend` any MCP server driven by common.mcp_process.McpProcess. `FunctionBackend` serves a dict of
 Python functions (tests, benchmarks, demos).
 """
 
@@ -308,7 +308,7 @@ class ToolEnvBackend:
 
 
 class McpBackend:
-  """Any MCP server driven by a started common.env_client.McpProcess.
+  """Any MCP server driven by a started common.mcp_process.McpProcess.
 
   Args:
     process: the started McpProcess (its `tools` are listed at start).

@@ -1,6 +1,6 @@
 r"""ProgAgent training: SFT on teacher trajectories, then GSPO on the language-model policy over ProgEnv.
 
-  python -m experiments.train --config=configs/progagent_smoke.py --workdir=/tmp/progagent_smoke
+  python -m experiments.train --config=configs/progagent.py:smoke --workdir=/tmp/progagent_smoke
   (the launcher calls `progagent.train.run(config, workdir)` for config.method == 'progagent')
 
 Source: ProgAgent (2026), "Training" (SPEC.md, ProgAgent): SFT cold start on teacher trajectories whose
@@ -43,7 +43,7 @@ of it). Sampling and the teacher-forced scoring run on one device
 (the sampler gathers the parameters there).
 
 State and outputs (under workdir): sft/ and gspo/ each hold checkpoints/ (one Orbax checkpoint per saved step
-of the whole progagent.updates.TrainState; common.checkpoint) and metrics.jsonl (+ TensorBoard);
+of the whole common.lm.updates.TrainState; common.checkpoint) and metrics.jsonl (+ TensorBoard);
 gspo/rollouts.jsonl holds every rollout's texts and accounting. Running again resumes each stage from its
 latest checkpoint (rows written after it are dropped); a finished stage is skipped.
 """
@@ -56,7 +56,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -64,16 +64,14 @@ import ml_collections
 import numpy as np
 
 from common import chat as chat_lib
-from common import checkpoint as ckpt_lib
-from common import metric_writer
+from common import io
 from common import provenance
 from common import trajectory as traj_lib
-from common import tool_wire
 from common.lm import checkpoints as lm_checkpoints
-from common.lm import lora as lora_lib
-from common.lm import loading
+from common.lm import sampler as sampler_lib
+from common.lm import stages
 from common.lm import training
-from common.lm.config import ModelConfig
+from common.lm import updates as kit
 from progagent import harness
 from progagent import rollouts
 from progagent import sft_data
@@ -88,61 +86,17 @@ _log = logging.getLogger(__name__)
 
 RUNTIMES = ("sandboxed", "inprocess")
 
-
-def default_config() -> ml_collections.ConfigDict:
-  """ProgAgent's published setting (SPEC.md, ProgAgent); configs/progagent_smoke.py shrinks it."""
-  c = ml_collections.ConfigDict()
-  c.method = "progagent"
-  c.seed = 0
-  c.tasks = ()                    # task ids or domain names; () = every task of progagent.tasks
-  c.mode = "ptc"                  # harness: 'ptc' | 'dtc' | 'hybrid'
-  c.runtime = "sandboxed"         # PTC program runtime: 'sandboxed' (kernel) | 'inprocess' (trusted only)
-  # scales: the levels GSPO draws each task at (weights `scale_weights`, () = uniform): the paper trains over
-  # v0..v3 (training on v0 only is its weaker ablation).
-  c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
-               max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
-  # remat: activation checkpointing per layer ('none' | 'full' | 'dots' | 'dots_no_batch')
-  # attention_impl: 'xla' | 'cudnn' | 'auto' | 'dense' (common.lm.config.ModelConfig); attention_chunk /
-  # logits_chunk: queries per attention block / positions per vocabulary-projection block (memory bounds)
-  c.model = dict(checkpoint="", dtype="bfloat16", param_dtype="float32", remat="none", lora_rank=0, lora_alpha=128.0,
-                 attention_impl="xla", attention_chunk=1024, logits_chunk=1024,
-                 lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-                 cache_dir="", tiny_vocab=2048,
-                 tiny_hidden_size=0, tiny_num_layers=0)   # tiny_*: a tiny checkpoint's shapes, 0 = its defaults
-  c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
-  c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two
-  # master_weights: float32 master weights + optimizer state when model.param_dtype is 'bfloat16'
-  c.optim = dict(grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-8, master_weights=False)
-  # mesh.shape: (data, fsdp, tensor) sizes, -1 = the remaining devices; (1, 1, 1) = one device.
-  # a rules entry (logical-axis pairs) may be added to mesh in a config file; absent = DEFAULT_RULES
-  c.mesh = dict(shape=(1, 1, 1))
-  # steps: SFT updates in all (0 = `epochs` passes over the data); a fixed number gives several harnesses
-  # the same budget whatever their data size. oracle_seeds: the environment seeds of the oracle fallback.
-  c.sft = dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
-               oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), epochs=3, steps=0, batch_size=64, micro_batch_size=0,
-               learning_rate=1e-5, max_tokens=32768)
-  c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
-                top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
-                logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,
-                advantage=dict(estimator="grpo", eps=1e-6, ddof=0),
-                # the difficulty filter computed from the teacher records (sft.teacher_jsonl) when task_filter
-                # is empty: keep tasks whose PTC pass@filter_k lies in (filter_low, filter_high)
-                filter_from_teacher=True, filter_k=8, filter_stat="pass_at_k", filter_low=0.0, filter_high=0.8)
-  # held-out evaluation after training (progagent.evaluation): seeds disjoint from every training seed
-  c.eval = dict(enabled=True, seeds=(1000, 1001, 1002), levels=(0, 1, 2, 3), samples=8, k=(1, 8), temperature=1.0,
-                tasks=())      # tasks: () = the training tasks
-  c.stats = dict(confidence=0.95, resamples=10_000)
-  # paradigms: harnesses trained and evaluated one after the other with the same budget (workdir/<mode>/),
-  # then the paradigm table (results_paradigms.txt/.json); () = one run of `mode`
-  c.paradigms = dict(modes=())
-  c.checkpoint = dict(every=10, max_to_keep=2)
-  c.logging = dict(every=1, tensorboard=True, save_rollouts=True)
-  return c
+# The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes,
+# not what it computes: a workdir may resume with other values. Keys that only choose and summarise what is
+# reported: a finished workdir is re-evaluated with new values (run_eval reruns when its saved settings differ).
+RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
+               "gspo.kv_reuse", "gspo.kv_cache_max_gb", "gspo.generate_batch_size")
+REPORT_ONLY = ("eval.", "stats.")
 
 
 def check_config(config) -> None:
   """Raises ValueError naming the config key of a bad value."""
-  training.check_scale_config(config.model, config.get("mesh", None), model_key="model")
+  stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   if config.mode not in harness.MODES:
     raise ValueError(f"config.mode must be one of {harness.MODES}, got {config.mode!r}")
   if config.runtime not in RUNTIMES:
@@ -182,7 +136,7 @@ def check_config(config) -> None:
       raise ValueError(f"config `eval.seeds`={tuple(ev.seeds)} must be integers, e.g. --config.eval.seeds=1000,1001")
     if ev.tasks:
       try:
-        select_tasks(tuple(ev.tasks))
+        tasks_lib.select_tasks(tuple(ev.tasks))
       except KeyError as e:
         raise ValueError(f"config `eval.tasks`: {e.args[0]}") from None
     if ev.samples < 1 or any(k < 1 or k > ev.samples for k in ev.k):
@@ -207,25 +161,6 @@ def training_seeds(config) -> list[int]:
   return sorted(seeds)
 
 
-def select_tasks(spec: Sequence[str]) -> list[str]:
-  """Task ids from a list of task ids and domain names; empty = every task."""
-  if not spec:
-    return tasks_lib.task_ids()
-  out: list[str] = []
-  for part in spec:
-    ids = tasks_lib.task_ids(part) if part in tasks_lib.DOMAINS else [tasks_lib.get_task(part).task_id]
-    out += [t for t in ids if t not in out]
-  return out
-
-
-class Policy(NamedTuple):
-  """The loaded policy: model config, initial params, the chat template on its tokenizer, checkpoint folder."""
-  model: ModelConfig
-  params: Any
-  chat: chat_lib.ChatTemplate
-  checkpoint: str
-
-
 def tiny_tool_template(spec: str) -> str:
   """The tool-calling chat template a 'tiny:<family>' checkpoint gets here: Llama-3.1-style for 'llama', else
   Qwen3-style (common.lm.testing), so the smoke run speaks a native tool-call format end to end."""
@@ -234,25 +169,10 @@ def tiny_tool_template(spec: str) -> str:
   return testing.LLAMA31_TOOL_TEMPLATE if family == "llama" else testing.QWEN3_TOOL_TEMPLATE
 
 
-def tiny_sizes(config) -> dict | None:
-  """The shapes of a 'tiny:<family>' checkpoint from `model.tiny_hidden_size` / `model.tiny_num_layers` (0 =
-  common.lm.testing.make_tiny_checkpoint's defaults); None when both are 0. Heads: hidden_size // 32 query heads
-  (head width 32) and one key/value head, so that long contexts stay cheap on a CPU."""
-  mc = config.model
-  sizes = {}
-  if mc.tiny_hidden_size:
-    sizes.update(hidden_size=int(mc.tiny_hidden_size), num_heads=max(1, int(mc.tiny_hidden_size) // 32),
-                 num_kv_heads=1, intermediate_size=4 * int(mc.tiny_hidden_size))
-  if mc.tiny_num_layers:
-    sizes["num_layers"] = int(mc.tiny_num_layers)
-  return sizes or None
-
-
-def load_policy(config, task_ids: Sequence[str]) -> Policy:
-  """Resolves `model.checkpoint` (common.lm.checkpoints; 'tiny:<family>' gets a tokenizer trained on the tasks'
-  texts, vocabulary `model.tiny_vocab`, and a tool-calling template (tiny_tool_template), in `model.cache_dir`),
-  loads it (+ fresh LoRA adapters when
-  `model.lora_rank` > 0) and builds the ChatTemplate (`chat.format`, `chat.enable_thinking`).
+def load_policy(config, task_ids: Sequence[str]) -> stages.Policy:
+  """The policy of `model.*` (common.lm.stages.load_policy) on the mesh of `mesh.shape`; a 'tiny:<family>'
+  checkpoint gets a tokenizer trained on the tasks' texts (prompts, tool schemas, oracle replies of the run's
+  harnesses) and a tool-calling template (tiny_tool_template). LoRA adapters' key: `seed` + 7.
 
   Raises:
     ValueError: empty or missing checkpoint (common.lm.checkpoints.resolve_checkpoint).
@@ -263,23 +183,9 @@ def load_policy(config, task_ids: Sequence[str]) -> Policy:
     seeds = tuple(config.sft.oracle_seeds) or (config.env.seed,)
     corpus = sft_data.tokenizer_corpus(task_ids, sorted({config.mode, *config.sft.oracle_modes}), seed=seeds[0])
     template = tiny_tool_template(mc.checkpoint)
-  path = lm_checkpoints.resolve_checkpoint(mc.checkpoint, corpus=corpus, cache_dir=mc.cache_dir or None,
-                                           vocab_size=mc.tiny_vocab, chat_template=template,
-                                           sizes=tiny_sizes(config),
-                                           config_key="config.model.checkpoint")
-  mesh, rules = mesh_of(config)
-  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, **training.model_overrides(mc))
-  if mc.lora_rank:
-    cfg = cfg.with_lora(rank=mc.lora_rank, alpha=mc.lora_alpha, targets=tuple(mc.lora_targets))
-    params = lora_lib.add_adapters(jax.random.key(config.seed + 7), params, cfg)
-  chat = chat_lib.ChatTemplate(tok, enable_thinking=bool(config.chat.enable_thinking), format=config.chat.format)
-  return Policy(cfg, params, chat, path)
-
-
-def mesh_of(config):
-  """(mesh, rules) of config `mesh.shape` and the optional mesh.rules (common.lm.training.mesh_from_config; absent = one
-  device)."""
-  return training.mesh_from_config(config.get("mesh", None))
+  mesh, rules = stages.mesh_of(config)
+  return stages.load_policy(mc, mesh=mesh, rules=rules, corpus=corpus, chat_template=template, seed=config.seed,
+                            chat=config.chat)
 
 
 def task_pool(config, task_ids: Sequence[str]) -> list[str]:
@@ -322,30 +228,19 @@ def draw_levels(config, rng: np.random.Generator, n: int) -> list[int]:
   return [int(e.scales[i]) for i in rng.choice(len(e.scales), size=n, p=w / w.sum())]
 
 
-def _stage_dir(workdir: str, name: str) -> str:
-  d = os.path.join(workdir, name)
-  os.makedirs(d, exist_ok=True)
-  return d
-
-
-def _checkpointer(config, d: str) -> ckpt_lib.Checkpointer:
-  return ckpt_lib.Checkpointer(os.path.join(d, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
-                               save_every=config.checkpoint.every)
-
-
-def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], workdir: str) -> updates.TrainState:
+def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajectory], workdir: str) -> kit.TrainState:
   """Stage 1: SFT for sft.epochs over `examples`; resumes from workdir/sft; returns the final TrainState.
 
   Batches of `sft.batch_size` rows in a fresh order per epoch (seed `seed`), each padded to the length bucket
   (`lengths.buckets`) of its longest row; a short last batch repeats rows, masked out. `sft.steps` > 0 sets
-  the number of updates (else `sft.epochs` passes). Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens, sft/grad_norm, sft/epoch per step;
-  sft/eval_loss (token-mean cross-entropy on all examples) at step 0 and at the last step.
+  the number of updates (else `sft.epochs` passes). Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens,
+  sft/grad_norm, sft/epoch per step; sft/eval_loss (token-mean cross-entropy on all examples) at step 0 and at
+  the last step.
   """
   sc = config.sft
-  d = _stage_dir(workdir, "sft")
-  optim = updates.optim_settings(config, sc.learning_rate)
-  mesh, rules = mesh_of(config)
-  state = updates.init_state(policy.params, optim, config.seed, mesh=mesh, rules=rules)
+  optim = kit.optim_settings(config.optim, sc.learning_rate, adapters_only=bool(config.model.lora_rank))
+  mesh, rules = stages.mesh_of(config)
+  state = kit.init_state(policy.params, optim, key=config.seed, mesh=mesh, rules=rules, commit=False)
   if not sc.enabled or not examples:
     if sc.enabled:
       _log.warning("SFT: no trajectories with score >= %s; the stage is skipped", sc.min_score)
@@ -353,21 +248,19 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
   bs = min(sc.batch_size, len(examples))
   if sc.micro_batch_size and bs % sc.micro_batch_size:
     raise ValueError(f"sft.micro_batch_size={sc.micro_batch_size} must divide the batch of {bs} rows")
-  # rows per update: bs padded (repeated rows, masked out) to a multiple of the mesh's batch shards
-  padded = updates.padded_rows(bs, sc.micro_batch_size, training.batch_shards(mesh, rules))
+  # rows per update: bs padded (repeated rows, masked out) to the micro-batch layout on the mesh's batch shards
+  micro, padded = kit.micro_layout(bs, sc.micro_batch_size, training.batch_shards(mesh, rules))
   per_epoch = -(-len(examples) // bs)
   total = sc.steps or sc.epochs * per_epoch
   length = updates.bucket_length(max(len(t.token_ids()) for t in examples), config.lengths.buckets)
   sizes = [len(t.token_ids()) for t in examples]
   pad = policy.model.pad_token_id or 0
-  ck = _checkpointer(config, d)
-  state, start = ck.restore_or_init(state)   # restored into the placed state's shardings
-  start = int(start or 0)
-  writer = metric_writer.MetricWriter(d, resume_step=start, tensorboard=config.logging.tensorboard)
   eval_loss = lambda p: updates.mean_loss(p, examples, policy.model, pad_id=pad, rows=bs, length=length)
-  try:
+  with stages.open_stage(os.path.join(workdir, "sft"), state, config) as stage:
+    state, start = stage.state, stage.start
     if start == 0:
-      writer.write(0, {"sft/eval_loss": eval_loss(state.params), "sft/examples": len(examples), "sft/length": length})
+      stage.writer.write(0, {"sft/eval_loss": eval_loss(state.params), "sft/examples": len(examples),
+                             "sft/length": length})
     for step in range(start, total):
       epoch, i = divmod(step, per_epoch)
       order = np.random.default_rng([config.seed, 11, epoch]).permutation(len(examples))
@@ -379,32 +272,16 @@ def run_sft(config, policy: Policy, examples: Sequence[traj_lib.Trajectory], wor
                                                                                  config.lengths.buckets), pad_id=pad)
       pol = b.policy.copy()
       pol[n_real:] = False
-      b = training.place_batch(b._replace(policy=pol), mesh, rules)
-      params, opt_state, m = updates.sft_update(state.params, state.opt_state, b, model=policy.model, optim=optim,
-                                                micro=updates.micro_count(padded, sc.micro_batch_size))
-      state = state.replace(params=params, opt_state=opt_state, step=jnp.asarray(step + 1, jnp.int32))
+      tok, attn, pol = kit.place_rows((b.tokens, b.attn, pol), mesh, rules)
+      state, m = kit.sft_update(state, tok, attn, pol, model=policy.model, optim=optim, micro=micro)
       row = {f"sft/{k}": v for k, v in jax.device_get(m).items()}
       row["sft/epoch"] = epoch
       if step + 1 == total:
         row["sft/eval_loss"] = eval_loss(state.params)
       if (step + 1) % config.logging.every == 0 or step + 1 == total:
-        writer.write(step + 1, row)
-      ck.maybe_save(step + 1, state, force=step + 1 == total)
-  finally:
-    writer.close()
-    ck.close()
+        stage.writer.write(step + 1, row)
+      stage.save(step + 1, state, force=step + 1 == total)
   return state
-
-
-def _truncate_jsonl(path: str, last_step: int) -> None:
-  """Drops rows of `path` written after step `last_step` (a run killed after its last checkpoint)."""
-  if not os.path.exists(path):
-    return
-  rows = [r for r in metric_writer.read_jsonl(path) if int(r.get("step", -1)) <= last_step]
-  with open(path + ".tmp", "w") as f:
-    for r in rows:
-      f.write(json.dumps(r) + "\n")
-  os.replace(path + ".tmp", path)
 
 
 def gspo_step_batch(trajs: Sequence[traj_lib.Trajectory], *, num_groups: int, config, pad_id: int) -> updates.Batch:
@@ -415,15 +292,20 @@ def gspo_step_batch(trajs: Sequence[traj_lib.Trajectory], *, num_groups: int, co
                             eps=a.eps, ddof=a.ddof)
 
 
-def gspo_updates(state: updates.TrainState, batch: updates.Batch, *, policy: Policy, config,
-                 step: int) -> tuple[updates.TrainState, list[dict]]:
+def gspo_updates(state: kit.TrainState, batch: updates.Batch, *, policy: stages.Policy, config,
+                 step: int) -> tuple[kit.TrainState, list[dict]]:
   """progagent.updates.gspo_updates with the config's `gspo.*` settings (minibatch order seeded by seed, step)."""
   g = config.gspo
-  mesh, rules = mesh_of(config)
-  return updates.gspo_updates(state, batch, model=policy.model, optim=updates.optim_settings(config, g.learning_rate),
+  mesh, rules = stages.mesh_of(config)
+  return updates.gspo_updates(state, batch, model=policy.model, optim=gspo_optim(config),
                               minibatches=g.minibatches, epochs=g.epochs, micro_batch_size=g.micro_batch_size,
                               temperature=g.temperature, clip_low=g.clip_low, clip_high=g.clip_high,
                               logp_old=g.logp_old, perm_seed=(config.seed, 13, step), mesh=mesh, rules=rules)
+
+
+def gspo_optim(config) -> kit.OptimSettings:
+  """The GSPO stage's optimizer: `optim.*` at `gspo.learning_rate` (LoRA adapters only with model.lora_rank)."""
+  return kit.optim_settings(config.optim, config.gspo.learning_rate, adapters_only=bool(config.model.lora_rank))
 
 
 def _update_metrics(batch: updates.Batch, ms: Sequence[dict]) -> dict:
@@ -436,8 +318,8 @@ def _update_metrics(batch: updates.Batch, ms: Sequence[dict]) -> dict:
           "gspo/grad_norm": ms[-1]["grad_norm"], "gspo/updates": len(ms), "gspo/length": batch.tokens.shape[1]}
 
 
-def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workdir: str, *,
-             stop_after: int | None = None, cache_dir: str | None = None) -> updates.TrainState:
+def run_gspo(config, policy: stages.Policy, init_params, task_ids: Sequence[str], workdir: str, *,
+             stop_after: int | None = None, cache_dir: str | None = None) -> kit.TrainState:
   """Stage 2: GSPO for gspo.steps steps from `init_params`; resumes from workdir/gspo; returns the TrainState.
 
   Args:
@@ -449,26 +331,22 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
   turns, tool calls, errors, response and context tokens, cut responses, terminations) and timings.
   """
   g, e = config.gspo, config.env
-  d = _stage_dir(workdir, "gspo")
-  mesh, rules = mesh_of(config)
-  state = updates.init_state(init_params, updates.optim_settings(config, g.learning_rate), config.seed + 1,
-                             mesh=mesh, rules=rules)
-  ck = _checkpointer(config, d)
-  state, start = ck.restore_or_init(state)   # restored into the placed state's shardings
-  start = int(start or 0)
-  writer = metric_writer.MetricWriter(d, resume_step=start, tensorboard=config.logging.tensorboard)
+  d = os.path.join(workdir, "gspo")
+  mesh, rules = stages.mesh_of(config)
+  state = kit.init_state(init_params, gspo_optim(config), key=config.seed + 1, mesh=mesh, rules=rules, commit=False)
+  stage = stages.open_stage(d, state, config, jsonl=("rollouts.jsonl",))
+  state, start, writer = stage.state, stage.start, stage.writer
   roll_path = os.path.join(d, "rollouts.jsonl")
-  _truncate_jsonl(roll_path, start)
   pool = task_pool(config, task_ids)
   pad = policy.model.pad_token_id or 0
   rows = g.tasks_per_step * g.rollouts_per_task
-  try:
+  with stage:
     for step in range(start, g.steps):
       rng = np.random.default_rng([config.seed, 17, step])
       tasks = [pool[i] for i in rng.choice(len(pool), size=g.tasks_per_step, replace=g.tasks_per_step > len(pool))]
       tasks = [evaluation.instance_id(t, lvl) for t, lvl in zip(tasks, draw_levels(config, rng, len(tasks)))]
       key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
-      sampler = rollouts.LMSampler(state.params, policy.model, key=key, rows=rows,
+      sampler = sampler_lib.LMSampler(state.params, policy.model, key=key, rows=rows,
                                    max_new_tokens=e.max_response_tokens, temperature=float(g.temperature),
                                    top_k=g.top_k, top_p=g.top_p,
                                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
@@ -495,49 +373,46 @@ def run_gspo(config, policy: Policy, init_params, task_ids: Sequence[str], workd
       if (step + 1) % config.logging.every == 0 or step + 1 == g.steps:
         writer.write(step + 1, row)
       if config.logging.save_rollouts:
-        with open(roll_path, "a") as f:
-          for r in rollouts.rollout_rows(step + 1, trajs):
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        io.append_jsonl(roll_path, rollouts.rollout_rows(step + 1, trajs), ensure_ascii=False)
       _log.info("gspo step %d: reward %.3f loss %.4g ratio_first %.6f", step + 1, row["gspo/reward"],
                 row["gspo/loss"], row["gspo/ratio_first"])
       stopping = stop_after is not None and step + 1 >= stop_after
-      ck.maybe_save(step + 1, state, force=step + 1 == g.steps or stopping)
+      stage.save(step + 1, state, force=step + 1 == g.steps or stopping)
       if stopping:
         break
-  finally:
-    writer.close()
-    ck.close()
   return state
 
 
-def run_eval(config, policy: Policy, params, task_ids: Sequence[str], workdir: str, *,
+def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], workdir: str, *,
              cache_dir: str | None = None) -> dict:
   """Stage 3: the held-out evaluation (progagent.evaluation) of `params` under harness `mode`.
 
-  Writes workdir/eval/results.json ({'mode', 'levels': {level: metrics}, 'seeds', 'tasks'}), episodes.jsonl
-  (every rollout) and table.txt; a finished stage (results.json present) is read back, not rerun.
+  Writes workdir/eval/results.json ({'settings', 'mode', 'levels': {level: metrics}, 'seeds', 'tasks'}),
+  episodes.jsonl (every rollout) and table.txt; a finished stage (results.json present, written with the same
+  `eval.*` and `stats.*` settings) is read back, not rerun.
   """
-  d = _stage_dir(workdir, "eval")
+  d = os.path.join(workdir, "eval")
+  os.makedirs(d, exist_ok=True)
   path = os.path.join(d, "results.json")
+  settings = {"eval": config.eval.to_dict(), "stats": config.stats.to_dict()}
   if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
+    saved = io.read_json(path)
+    if saved.get("settings", settings) == json.loads(json.dumps(settings)):
+      return saved
+    _log.info("eval: the eval.* / stats.* settings changed since %s was written; evaluating again", path)
   ev = config.eval
-  eval_tasks = select_tasks(tuple(ev.tasks)) if ev.tasks else list(task_ids)
+  eval_tasks = tasks_lib.select_tasks(tuple(ev.tasks)) if ev.tasks else list(task_ids)
   t0 = time.monotonic()
   trajs = evaluation.run_eval_rollouts(config, policy, params, eval_tasks, mode=config.mode,
                                        key=jax.random.key(config.seed + 23), cache_dir=cache_dir)
   levels = evaluation.summarize(trajs, ks=tuple(ev.k), confidence=config.stats.confidence,
                                 resamples=config.stats.resamples)
-  with open(os.path.join(d, "episodes.jsonl.tmp"), "w") as f:
-    for r in evaluation.episode_rows(trajs):
-      f.write(json.dumps(r, ensure_ascii=False) + "\n")
-  os.replace(os.path.join(d, "episodes.jsonl.tmp"), os.path.join(d, "episodes.jsonl"))
-  res = {"mode": config.mode, "seeds": list(ev.seeds), "tasks": eval_tasks, "samples": ev.samples,
+  io.write_jsonl(os.path.join(d, "episodes.jsonl"), evaluation.episode_rows(trajs), ensure_ascii=False)
+  res = {"settings": settings, "mode": config.mode, "seeds": list(ev.seeds), "tasks": eval_tasks, "samples": ev.samples,
          "levels": {str(k): v for k, v in levels.items()}, "eval_s": round(time.monotonic() - t0, 2)}
   with open(os.path.join(d, "table.txt"), "w") as f:
     f.write(evaluation.format_level_table({config.mode: levels}, sorted(levels), tuple(ev.k)) + "\n")
-  evaluation.write_json(path, res)
+  io.write_json(path, res, default=float)
   return res
 
 
@@ -547,7 +422,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   budget and prints the paradigm table (run_paradigms).
 
   Args:
-    config: default_config() or a configs/progagent*.py config.
+    config: a configs/progagent.py config (get_config('' | 'smoke' | 'paradigms')).
     workdir: output folder (created); running again resumes.
     stop_after: stop GSPO after this many steps (tests of resume; no evaluation then).
   Returns:
@@ -561,7 +436,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   if config.paradigms.modes:
     return run_paradigms(config, workdir)
   os.makedirs(workdir, exist_ok=True)
-  task_ids = select_tasks(tuple(config.tasks))
+  task_ids = tasks_lib.select_tasks(tuple(config.tasks))
   policy = load_policy(config, task_ids)
   cache = tempfile.mkdtemp(prefix="progagent-states-")
   ev = None
@@ -580,11 +455,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   finally:
     shutil.rmtree(cache, ignore_errors=True)
   gspo_metrics = os.path.join(workdir, "gspo", "metrics.jsonl")
-  rows = metric_writer.read_jsonl(gspo_metrics) if os.path.exists(gspo_metrics) else []   # none with gspo.steps 0
+  rows = io.read_jsonl(gspo_metrics) if os.path.exists(gspo_metrics) else []   # none with gspo.steps 0
   summary = {"checkpoint": policy.checkpoint, "mode": config.mode, "tasks": len(task_ids),
              "sft_examples": len(examples), "sft_s": round(t1 - t0, 2), "gspo_s": round(t2 - t1, 2),
              "eval_s": round(t3 - t2, 2), "last": rows[-1] if rows else None}
-  evaluation.write_json(os.path.join(workdir, "summary.json"), summary)
+  io.write_json(os.path.join(workdir, "summary.json"), summary, default=float)
   return {"sft": sft_state, "gspo": gspo_state, "examples": len(examples), "metrics": summary["last"], "eval": ev}
 
 
@@ -614,7 +489,7 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
   levels = sorted({lvl for r in results.values() for lvl in r})
   version = provenance.code_version()
   commit = version["commit"] + (" (uncommitted changes)" if version["dirty"] else "")
-  head = (f"paradigm table: {len(select_tasks(tuple(config.tasks)))} tasks x levels {levels} x held-out seeds "
+  head = (f"paradigm table: {len(tasks_lib.select_tasks(tuple(config.tasks)))} tasks x levels {levels} x held-out seeds "
           f"{tuple(config.eval.seeds)}, {config.eval.samples} samples each at temperature {config.eval.temperature}; "
           f"checkpoint {config.model.checkpoint!r}; commit {commit}\n"
           f"pass@1: mean over (task, seed) instances of the success rate [95% BCa bootstrap interval over "
@@ -623,18 +498,14 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
   table = head + evaluation.format_level_table(results, levels, tuple(config.eval.k))
   with open(os.path.join(workdir, "results_paradigms.txt"), "w") as f:
     f.write(table + "\n")
-  evaluation.write_json(os.path.join(workdir, "results_paradigms.json"),
-                        {"commit": version["commit"], "dirty": version["dirty"], "config": config.to_dict(),
-                         "levels": levels,
-                         "results": {m: {str(k): v for k, v in r.items()} for m, r in results.items()},
-                         "summaries": {m: _read_summary(os.path.join(workdir, m)) for m in out}})
+  io.write_json(os.path.join(workdir, "results_paradigms.json"),
+                {"commit": version["commit"], "dirty": version["dirty"], "config": config.to_dict(),
+                 "levels": levels, "results": {m: {str(k): v for k, v in r.items()} for m, r in results.items()},
+                 "summaries": {m: _read_summary(os.path.join(workdir, m)) for m in out}}, default=float)
   print(table, flush=True)
   return {"paradigms": out, "table": table}
 
 
 def _read_summary(d: str) -> dict | None:
   p = os.path.join(d, "summary.json")
-  if not os.path.exists(p):
-    return None
-  with open(p) as f:
-    return json.load(f)
+  return io.read_json(p) if os.path.exists(p) else None

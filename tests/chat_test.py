@@ -9,12 +9,14 @@ back in the tool role, and the trajectory's tokens equal the template's render o
 import json
 
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import chat as chat_lib
 from common.chat import ChatBoundaryError, ChatTemplate, tool_schemas
 from common.envs.base import StepResult, ToolEnv
 from common.lm import testing
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 PTC_TOOL = {"name": "programmatic_tool_call", "description": "Run a Python program in the episode's runtime.",
@@ -130,6 +132,7 @@ class Qwen3PTCEpisodeTest(absltest.TestCase):
     self.assertEqual([r for _, r in pairs], [x.response_ids for x in t.turns])
 
 
+@pytest.mark.fast
 class Qwen3TemplateTest(parameterized.TestCase):
 
   @classmethod
@@ -191,6 +194,7 @@ class Qwen3TemplateTest(parameterized.TestCase):
     self.assertIn("<tool_call>", text)
 
 
+@pytest.mark.fast
 class Llama31TemplateTest(absltest.TestCase):
 
   @classmethod
@@ -231,6 +235,7 @@ class Llama31TemplateTest(absltest.TestCase):
                      '{"name": "programmatic_tool_call", "parameters": {"code": "print(1)"}}')
 
 
+@pytest.mark.fast
 class FallbackTest(absltest.TestCase):
 
   def test_byte_tokenizer_uses_the_hand_written_chatml(self):

@@ -7,6 +7,7 @@ import chex
 import jax
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import metrics
 
@@ -31,6 +32,7 @@ def _grid(max_n=12):
 
 class PassAtKTest(parameterized.TestCase):
 
+  @pytest.mark.fast
   def test_numpy_matches_exact_binomials_on_a_grid(self):
     ns, cs, ks = _grid()
     for k in np.unique(ks):
@@ -40,6 +42,7 @@ class PassAtKTest(parameterized.TestCase):
       self.assertEqual(got.dtype, np.float64)
       np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
+  @pytest.mark.fast
   def test_exact_values(self):
     self.assertEqual(metrics.pass_at_k(10, 0, 5), 0.0)
     self.assertEqual(metrics.pass_at_k(10, 10, 1), 1.0)
@@ -48,12 +51,14 @@ class PassAtKTest(parameterized.TestCase):
     np.testing.assert_allclose(metrics.pass_at_k(4, 1, 2), 0.5, rtol=1e-15)  # 1 - C(3,2)/C(4,2)
     np.testing.assert_allclose(metrics.pass_at_k(8, 2, 8), 1.0)
 
+  @pytest.mark.fast
   def test_large_n_is_stable(self):
     # C(1000, 100) ~ 6e139 would overflow float64 products of binomials; the product form does not.
     for n, c, k in ((1000, 1, 100), (1000, 37, 200), (5000, 2, 2500)):
       np.testing.assert_allclose(metrics.pass_at_k(n, c, k), _ref_pass_at_k(n, c, k), rtol=1e-10)
     np.testing.assert_allclose(metrics.pass_at_k(1000, 1, 100), 0.1, rtol=1e-12)
 
+  @pytest.mark.fast
   def test_vectorised_with_broadcasting(self):
     got = metrics.pass_at_k(16, np.array([[0, 1], [8, 16]]), 4)
     want = [[_ref_pass_at_k(16, c, 4) for c in row] for row in ([0, 1], [8, 16])]
@@ -71,6 +76,7 @@ class PassAtKTest(parameterized.TestCase):
     want = [_ref_pass_at_k(int(n), int(c), k) for n, c in zip(ns[sel], cs[sel])]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
+  @pytest.mark.fast
   def test_jnp_invalid_entries_are_nan_under_jit(self):
     fn = jax.jit(metrics.pass_at_k_jnp, static_argnames="k")
     got = fn(np.array([4, 4, 2]), np.array([1, 5, 0]), k=3)
@@ -78,6 +84,7 @@ class PassAtKTest(parameterized.TestCase):
     self.assertTrue(np.isnan(got[1]))  # c > n
     self.assertTrue(np.isnan(got[2]))  # k > n
 
+  @pytest.mark.fast
   def test_errors(self):
     with self.assertRaisesRegex(ValueError, "k <= n"):
       metrics.pass_at_k(4, 1, 5)
@@ -92,6 +99,7 @@ class PassAtKTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "whole numbers"):
       metrics.pass_at_k(4.5, 1, 1)
 
+  @pytest.mark.fast
   def test_no_retrace_for_new_counts(self):
     @functools.partial(jax.jit, static_argnames="k")
     @chex.assert_max_traces(n=1)

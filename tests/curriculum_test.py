@@ -1,8 +1,11 @@
 """Tests for phgpo/curriculum.py: linear ramps, end values, validation."""
 
 from absl.testing import absltest
+import pytest
 
 from phgpo import curriculum
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 KW = dict(curriculum_steps=10, lambda_start=0.5, p_tf_start=0.4, horizon_start=3, max_steps=13,
           beta_max=0.7, w_max=0.5)

@@ -11,9 +11,11 @@ import shutil
 import psutil
 from absl.testing import absltest
 
-from common.env_client import EnvClient, EnvError, EnvSpec, InProcessEnv
+from common.env_client import EnvClient, EnvSpec, InProcessEnv
 from common.env_server import load_factory
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.mcp_process import EnvError
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 HAVE_BWRAP = shutil.which("bwrap") is not None

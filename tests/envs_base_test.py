@@ -1,6 +1,9 @@
 """Tests for common/envs/base.py: the helpers the text-game environments share."""
 
 from absl.testing import absltest
+import pytest
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 class TextGameHelpersTest(absltest.TestCase):

@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import estimators
-from common import sharding
+from common.lm import sharding
 
 RTOL = ATOL = 1e-5
 
@@ -69,6 +70,7 @@ class AdvantagesTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(
       estimator=("grpo", "drgrpo", "rloo"), masked_fraction=(0.0, 0.3), seed=(0,))
+  @pytest.mark.fast
   def test_matches_numpy_loop(self, estimator, masked_fraction, seed):
     # Non-contiguous ids, unequal group sizes, singleton and empty groups (G=13 for N=40).
     rewards, group_ids, mask = _random_batch(seed, 40, 13, masked_fraction)
@@ -81,6 +83,7 @@ class AdvantagesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0, 1)
+  @pytest.mark.fast
   def test_grpo_ddof_and_eps_match_numpy(self, ddof):
     rewards, group_ids, mask = _random_batch(3, 50, 7, 0.2)
     fn = self.variant(functools.partial(estimators.grpo_advantages, num_groups=7, ddof=ddof,
@@ -91,6 +94,7 @@ class AdvantagesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0, 1)
+  @pytest.mark.fast
   def test_group_stats_match_numpy(self, ddof):
     rewards, group_ids, mask = _random_batch(4, 60, 9, 0.25)
     fn = self.variant(functools.partial(estimators.group_stats, num_groups=9, ddof=ddof))
@@ -104,6 +108,7 @@ class AdvantagesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(estimator=("grpo", "drgrpo", "rloo"), ddof=(0, 1))
+  @pytest.mark.fast
   def test_constant_group_is_exactly_zero(self, estimator, ddof):
     fn = self.variant(functools.partial(estimators.compute_advantages, estimator, num_groups=3,
                                         ddof=ddof))
@@ -115,6 +120,7 @@ class AdvantagesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(estimator=("grpo", "drgrpo", "rloo"), ddof=(0, 1), eps=(0.0,))
+  @pytest.mark.fast
   def test_group_of_one_is_zero_never_nan(self, estimator, ddof, eps):
     fn = self.variant(functools.partial(estimators.compute_advantages, estimator, num_groups=2,
                                         ddof=ddof, eps=eps))
@@ -123,6 +129,7 @@ class AdvantagesTest(parameterized.TestCase):
     self.assertTrue(np.all(np.isfinite(got)))
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_rewards_0_1_population_vs_sample_std(self):
     rewards = jnp.array([0., 1.], jnp.float32)
     group_ids = jnp.array([0, 0], jnp.int32)
@@ -135,6 +142,7 @@ class AdvantagesTest(parameterized.TestCase):
     default = self.variant(functools.partial(estimators.grpo_advantages, num_groups=1))
     np.testing.assert_allclose(default(rewards, group_ids), [-1., 1.], rtol=RTOL, atol=ATOL)
 
+  @pytest.mark.fast
   def test_population_std_is_the_documented_default(self):
     import inspect
     for fn in (estimators.grpo_advantages, estimators.group_stats, estimators.compute_advantages):
@@ -143,6 +151,7 @@ class AdvantagesTest(parameterized.TestCase):
     self.assertIn("advantage.ddof", estimators.grpo_advantages.__doc__)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_masked_rollout_excluded_from_group_stats(self):
     rewards = jnp.array([1., 1., 0., 0.], jnp.float32)
     group_ids = jnp.zeros(4, jnp.int32)
@@ -199,6 +208,7 @@ class AdvantagesTest(parameterized.TestCase):
     np.testing.assert_allclose(grad, fd, rtol=1e-3, atol=1e-3)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_dispatch_matches_direct_calls(self):
     rewards, group_ids, mask = _random_batch(5, 30, 6, 0.2)
     for name in estimators.ESTIMATORS:
@@ -207,6 +217,7 @@ class AdvantagesTest(parameterized.TestCase):
       want = _estimator_fn(name)(rewards, group_ids, num_groups=6, mask=mask)
       np.testing.assert_array_equal(got, want)
 
+  @pytest.mark.fast
   def test_bad_inputs_raise_clear_errors(self):
     r = jnp.zeros(4, jnp.float32)
     g = jnp.zeros(4, jnp.int32)
@@ -229,6 +240,7 @@ class AdvantagesTest(parameterized.TestCase):
     with self.assertRaises(AssertionError):  # mask shape
       estimators.grpo_advantages(r, g, num_groups=1, mask=jnp.ones(3, bool))
 
+  @pytest.mark.fast
   def test_no_retrace_for_new_values_of_the_same_shape(self):
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -240,6 +252,7 @@ class AdvantagesTest(parameterized.TestCase):
       step(rewards, group_ids, mask).block_until_ready()
 
 
+@pytest.mark.fast
 class ShardedAdvantagesTest(parameterized.TestCase):
 
   @parameterized.parameters("auto", "explicit")
@@ -269,22 +282,22 @@ class ShardedAdvantagesTest(parameterized.TestCase):
     mesh = sharding.make_mesh((8,), ("data",))
     with self.assertRaisesRegex(ValueError, r"\['rewards'\].*size 12.*8"):
       sharding.shard_batch({"ids": np.zeros(16, np.int32), "rewards": np.zeros(12)}, mesh)
-    with self.assertRaisesRegex(ValueError, "scalar"):
-      sharding.shard_batch({"step": np.float32(1.0)}, mesh)
+    step = sharding.shard_batch({"step": np.float32(1.0)}, mesh)["step"]   # scalars are replicated
+    self.assertEqual(tuple(step.sharding.spec), ())
 
   def test_make_mesh_fills_none_and_sets_axis_types(self):
     mesh = sharding.make_mesh()
-    self.assertEqual(dict(mesh.shape), {"data": jax.device_count()})
-    self.assertEqual(mesh.axis_types, (jax.sharding.AxisType.Auto,))
+    self.assertEqual(dict(mesh.shape), {"data": jax.device_count(), "fsdp": 1, "tensor": 1})
+    self.assertEqual(mesh.axis_types, (jax.sharding.AxisType.Auto,) * 3)
     mesh2 = sharding.make_mesh((None, 2), ("data", "model"), axis_types="explicit")
     self.assertEqual(dict(mesh2.shape), {"data": jax.device_count() // 2, "model": 2})
     self.assertEqual(mesh2.axis_types, (jax.sharding.AxisType.Explicit,) * 2)
-    spec = sharding.batch_sharding(mesh2, 3).spec
+    spec = sharding.batch_sharding(mesh2, ndim=3).spec   # rows over the 'batch' rule's axes the mesh has
     self.assertEqual(tuple(spec), ("data", None, None))
     with self.assertRaisesRegex(ValueError, "axis type"):
       sharding.make_mesh(axis_types="manual-ish")
     with self.assertRaisesRegex(ValueError, "needs 1024 devices"):
-      sharding.make_mesh((1024,))
+      sharding.make_mesh((1024,), ("data",))
 
 
 if __name__ == "__main__":

@@ -6,9 +6,12 @@ from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from phgpo import data
 from phgpo import features
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 class FakeEncoder:

@@ -7,56 +7,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import estimators
 from common import gigpo
-from common import sharding
+from common.lm import sharding
+from reference_loops import random_rows, ref_episode, ref_normalise
 
 RTOL = ATOL = 1e-5
 
 
 # -------------------------------------------------------------------------------------------------
-# float64 NumPy references, written as plain loops.
-
-
-def ref_normalise(values, norm, eps, ddof):
-  """Group normalisation of a list of floats; constant groups and groups of one give 0."""
-  n = len(values)
-  if n <= 1 or len(set(values)) == 1:
-    return [0.0] * n
-  mean = sum(values) / n
-  if norm == "none":
-    return [v - mean for v in values]
-  std = np.sqrt(sum((v - mean) ** 2 for v in values) / (n - ddof)) if n > ddof else 0.0
-  return [(v - mean) / (std + eps) for v in values]
-
-
-def ref_turns(rollout, mask):
-  turns = {}
-  for r in range(len(rollout)):
-    if mask[r]:
-      turns[rollout[r]] = turns.get(rollout[r], 0) + 1
-  return turns
-
-
-def ref_episode(values, group, rollout, mask, stats_over, norm, eps, ddof):
-  """values: per-row (constant within a rollout)."""
-  out = np.zeros(len(values))
-  for g in set(group.tolist()):
-    if stats_over == "turns":
-      rows = [r for r in range(len(values)) if mask[r] and group[r] == g]
-      adv = ref_normalise([float(values[r]) for r in rows], norm, eps, ddof)
-      for r, a in zip(rows, adv):
-        out[r] = a
-    else:
-      rolls = sorted({int(rollout[r]) for r in range(len(values)) if mask[r] and group[r] == g})
-      vals = [float(values[[r for r in range(len(values)) if mask[r] and rollout[r] == j][0]])
-              for j in rolls]
-      adv = dict(zip(rolls, ref_normalise(vals, norm, eps, ddof)))
-      for r in range(len(values)):
-        if mask[r] and group[r] == g:
-          out[r] = adv[int(rollout[r])]
-  return out
+# float64 NumPy references, written as plain loops (the shared ones in tests/reference_loops.py).
 
 
 def ref_returns(step_rewards, rollout, turn, mask, gamma):
@@ -85,37 +47,11 @@ def ref_gigpo(ep_rewards, step_rewards, group, rollout, turn, anchors, mask, *, 
   return episode + step_weight * step, episode, step, returns
 
 
-def random_rows(seed, num_groups=4, per_group=4, max_turns=6, masked_fraction=0.15, pad=5,
-                num_anchors=4):
-  """Shuffled per-turn rows of num_groups * per_group rollouts, some rows masked, `pad` padding rows."""
-  rng = np.random.default_rng(seed)
-  rows = []
-  rollout = 0
-  for g in range(num_groups):
-    for _ in range(per_group):
-      n = int(rng.integers(1, max_turns + 1))
-      win = bool(rng.random() < 0.5)
-      score = float(rng.integers(0, 3)) if not win else 10.0
-      for t in range(n):
-        step_r = (10.0 if (win and t == n - 1) else 0.0) - (0.1 if rng.random() < 0.2 else 0.0)
-        rows.append(dict(g=g, i=rollout, t=t, ep=score, win=win, step=step_r,
-                         length=int(rng.integers(0, 40)), anchor=f"obs{rng.integers(num_anchors)}",
-                         m=bool(rng.random() >= masked_fraction)))
-      rollout += 1
-  for _ in range(pad):
-    rows.append(dict(g=0, i=0, t=0, ep=np.nan, win=True, step=np.inf, length=7, anchor="pad", m=False))
-  rng.shuffle(rows)
-  col = lambda k, dt: np.array([row[k] for row in rows], dt)
-  return dict(group=col("g", np.int32), rollout=col("i", np.int32), turn=col("t", np.int32),
-              ep=col("ep", np.float32), win=col("win", bool), step=col("step", np.float32),
-              length=col("length", np.int32), anchor=[row["anchor"] for row in rows],
-              mask=col("m", bool), num_groups=num_groups, num_rollouts=rollout, max_turns=max_turns)
-
-
 class EpisodeAndReturnsTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(stats_over=("rollouts", "turns"), norm=("std", "none"), ddof=(0, 1))
+  @pytest.mark.fast
   def test_episode_matches_numpy_loop(self, stats_over, norm, ddof):
     b = random_rows(0)
     fn = self.variant(functools.partial(
@@ -140,6 +76,7 @@ class EpisodeAndReturnsTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(0.95, 0.5, 1.0)
+  @pytest.mark.fast
   def test_discounted_returns_match_numpy_loop(self, gamma):
     b = random_rows(1)
     fn = self.variant(functools.partial(gigpo.discounted_returns, num_rollouts=b["num_rollouts"],
@@ -149,6 +86,7 @@ class EpisodeAndReturnsTest(parameterized.TestCase):
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_returns_exact_small_case(self):
     # One rollout, turns given out of order: rewards 0, -0.1, 10 at turns 0, 1, 2.
     fn = self.variant(functools.partial(gigpo.discounted_returns, num_rollouts=1, max_turns=4))
@@ -158,6 +96,7 @@ class EpisodeAndReturnsTest(parameterized.TestCase):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+@pytest.mark.fast
 class AnchorGroupsTest(parameterized.TestCase):
 
   def test_same_observation_at_different_turns_shares_one_step_group(self):
@@ -192,6 +131,7 @@ class AnchorGroupsTest(parameterized.TestCase):
       gigpo.anchor_step_groups(group, ["a", "b"])
 
 
+@pytest.mark.fast
 class GiGPOTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)

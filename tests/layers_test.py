@@ -6,6 +6,7 @@ the method folders never import each other.
 """
 
 import ast
+import configparser
 import os
 import pathlib
 import re
@@ -28,6 +29,14 @@ def _lint_imports(cwd, config=None, env=None):
     raise AssertionError(f"{LINT_IMPORTS} not found: install the test extras (pip install -e '.[test]')")
   cmd = [str(LINT_IMPORTS), "--no-cache"] + ([f"--config={config}"] if config else [])
   return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _common_layer_modules() -> list[str]:
+  """The modules named by setup.cfg's layers contract inside common/ ([importlinter:contract:common-layers])."""
+  cfg = configparser.ConfigParser()
+  cfg.read(REPO / "setup.cfg")
+  layers = cfg.get("importlinter:contract:common-layers", "layers", fallback="")
+  return [m.strip("() ") for line in layers.splitlines() for m in re.split(r"[|:]", line) if m.strip("() ")]
 
 
 def _call_name(func: ast.expr) -> str:
@@ -87,6 +96,10 @@ class LayersTest(absltest.TestCase):
     for pkg in ABOVE_COMMON + ("common",):
       (root / pkg).mkdir()
       (root / pkg / "__init__.py").write_text("")
+    for module in _common_layer_modules():   # the layers inside common/ name modules that must exist
+      path = root.joinpath(*module.split("."))
+      path.mkdir(parents=True, exist_ok=True)
+      (path / "__init__.py").write_text("")
     (root / "common" / "core.py").write_text("def f():\n  from phgpo import train\n  return train\n")
     (root / "phgpo" / "train.py").write_text("import common.core\n")
     (root / "progagent" / "train.py").write_text("from phgpo import train\n")

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import rollout as rollout_lib
+from common import policy_io
 from common.lm import sampler as sampler_lib
 from common.lm import sampling
 from common.lm import testing
@@ -29,7 +29,7 @@ def _sampler(rows, *, kv_reuse, temperature=0.0, buckets=BUCKETS, **kw):
 
 
 def _req(e, ctx, turn=0, max_new=N):
-  return rollout_lib.PolicyRequest(e, "task", 0, turn, list(ctx), max_new)
+  return policy_io.PolicyRequest(e, "task", 0, turn, list(ctx), max_new)
 
 
 def _tokens(rng, n):

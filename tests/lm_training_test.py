@@ -18,6 +18,7 @@ from common import checkpoint as ckpt_lib
 from common.lm import lora as lora_lib
 from common.lm import testing as lm_testing
 from common.lm import training
+from common.lm import updates as kit
 from common.lm.config import ModelConfig
 
 CFG = ModelConfig(family="qwen2", vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2,
@@ -78,21 +79,20 @@ def _progagent(kind: str, mesh: str, lora: bool, *, micro: int = 1, remat: str =
   from progagent import updates
   cfg, p0 = _model(lora, remat, param_dtype)
   params = p0 if params is None else params
-  optim = updates.OptimSettings(1e-2, 1.0, 0.01, 0.9, 0.999, 1e-8, lora, master)
+  optim = kit.OptimSettings(1e-2, 1.0, 0.01, 0.9, 0.999, 1e-8, lora, master)
   m, rules = _mesh(mesh)
-  state = updates.init_state(params, optim, 0, mesh=m, rules=rules)
+  state = kit.init_state(params, optim, key=0, mesh=m, rules=rules, commit=False)
   tok, attn, pol, adv = _data()
   if kind == "sft":
-    batch = updates.Batch(tok, attn, pol, np.zeros((ROWS, LENGTH), np.float32), adv)
-    batch = training.place_batch(batch, m, rules)
-    p, o, met = updates.sft_update(state.params, state.opt_state, batch, model=cfg, optim=optim, micro=micro)
+    new, met = kit.sft_update(state, *training.place_batch((tok, attn, pol), m, rules), model=cfg, optim=optim,
+                              micro=micro)
   else:
-    lp = np.asarray(updates.score(jax.tree.map(jnp.asarray, p0), tok, attn, model=cfg))
+    lp = np.asarray(kit.score(jax.tree.map(jnp.asarray, p0), tok, attn, model=cfg))
     lp = np.where(pol, lp + 0.02 * np.random.default_rng(3).normal(size=lp.shape), 0.0).astype(np.float32)
     batch = training.place_batch(updates.Batch(tok, attn, pol, lp, adv), m, rules)
-    p, o, met = updates.gspo_update(state.params, state.opt_state, batch, model=cfg, optim=optim, micro=micro,
-                                    temperature=1.0, clip_low=0.2, clip_high=0.2)
-  return p, o, jax.device_get(met), state
+    new, met = updates.gspo_update(state, batch, model=cfg, optim=optim, micro=micro, temperature=1.0,
+                                   clip_low=0.2, clip_high=0.2)
+  return new.params, new.opt_state, jax.device_get(met), state
 
 
 @functools.lru_cache(maxsize=None)
@@ -132,7 +132,7 @@ class ProgAgentShardedTest(parameterized.TestCase):
   def test_gspo_updates_pad_minibatches_to_the_mesh(self):
     from progagent import updates
     cfg, p0 = _model(True)
-    optim = updates.OptimSettings(1e-2, 1.0, 0.0, 0.9, 0.999, 1e-8, True, False)
+    optim = kit.OptimSettings(1e-2, 1.0, 0.0, 0.9, 0.999, 1e-8, True, False)
     tok, attn, pol, adv = _data()
     lp = np.where(pol, -2.0, 0.0).astype(np.float32)
     batch = updates.Batch(tok[:6], attn[:6], pol[:6], lp[:6], adv[:6])   # minibatches of 3 rows: padded to 8
@@ -141,7 +141,7 @@ class ProgAgentShardedTest(parameterized.TestCase):
     out = {}
     for name in ("single", "data8"):
       m, rules = _mesh(name)
-      state = updates.init_state(p0, optim, 0, mesh=m, rules=rules)
+      state = kit.init_state(p0, optim, key=0, mesh=m, rules=rules)
       st, ms = updates.gspo_updates(state, batch, mesh=None if name == "single" else m, rules=rules, **kw)
       out[name] = (_host(st.params), ms)
     _close(self, out["data8"][0], out["single"][0])
@@ -197,19 +197,19 @@ def _planpo(kind: str, mesh: str, lora: bool, *, micro_rows: int = 0):
   from planpo import train
   cfg, p0 = _model(lora)
   m, rules = _mesh(mesh)
-  state = train.init_state(p0, 1e-2, 1.0, adapters=lora, mesh=m, rules=rules)
+  optim = kit.OptimSettings(1e-2, 1.0, adapters_only=lora)
+  state = kit.init_state(p0, optim, key=0, mesh=m, rules=rules)
   tok, attn, pol, adv = _data(1)
   if kind == "sft":
-    n, rows = train.micro_layout(ROWS, micro_rows, training.batch_shards(m, rules))
-    arrays = training.place_batch(train.pad_batch([tok, attn, pol], rows, mask_index=(2,)), m, rules)
-    state, met = train.sft_update(state, *arrays, model=cfg, lr=1e-2, grad_clip=1.0, micro=n, adapters=lora)
+    n, rows = kit.micro_layout(ROWS, micro_rows, training.batch_shards(m, rules))
+    arrays = training.place_batch(kit.pad_batch([tok, attn, pol], rows, masked=(2,)), m, rules)
+    state, met = kit.sft_update(state, *arrays, model=cfg, optim=optim, micro=n)
   else:
-    lp = np.asarray(train.score(jax.tree.map(jnp.asarray, p0), tok, attn, model=cfg, temperature=1.0))
+    lp = np.asarray(kit.score(jax.tree.map(jnp.asarray, p0), tok, attn, model=cfg, temperature=1.0))
     lp_old = (lp + 0.03 * np.random.default_rng(4).normal(size=lp.shape)).astype(np.float32)
     kw = tuple(sorted(dict(clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode="token_mean", ratio="token").items()))
-    state, met = train.rl_update(state, tok, attn, pol, lp_old, lp_old - 0.1, adv, model=cfg, lr=1e-2,
-                                 grad_clip=1.0, temperature=1.0, loss_kw=kw, micro_rows=micro_rows or ROWS,
-                                 adapters=lora, mesh=m, rules=rules)
+    state, met = train.rl_update(state, tok, attn, pol, lp_old, lp_old - 0.1, adv, model=cfg, optim=optim,
+                                 temperature=1.0, loss_kw=kw, micro_rows=micro_rows or ROWS, mesh=m, rules=rules)
   return _host(state.params), jax.device_get(met)
 
 
@@ -385,34 +385,34 @@ class ScaleConfigTest(absltest.TestCase):
 
   def test_bad_scale_keys_are_named(self):
     from configs import planpo_twx
-    from configs import progagent_smoke
+    from configs import progagent as progagent_config
     from planpo import train as planpo_train
     from progagent import train as progagent_train
     cases = [("model.attention_impl", "flash"), ("model.attention_chunk", 0), ("model.remat", "all"),
              ("mesh.shape", (16, 1, 1)), ("mesh.shape", (0, 1, 1)), ("mesh.shape", (-1, -1, 1)),
              ("mesh.shape", (2, 2))]
     for key, value in cases:
-      c = progagent_smoke.get_config()
+      c = progagent_config.get_config('smoke')
       node, leaf = key.split(".")
       with c.unlocked():
         c[node][leaf] = value
       with self.assertRaisesRegex(ValueError, key.replace(".", r"\.")):
         progagent_train.check_config(c)
     c = planpo_twx.get_config("smoke")
-    c.policy.attention_impl = "flash"
-    with self.assertRaisesRegex(ValueError, r"policy\.attention_impl"):
+    c.model.attention_impl = "flash"
+    with self.assertRaisesRegex(ValueError, r"model\.attention_impl"):
       planpo_train.check_config(c)
-    progagent_train.check_config(progagent_smoke.get_config())   # the defaults pass
+    progagent_train.check_config(progagent_config.get_config('smoke'))   # the defaults pass
 
   def test_scale_keys_may_change_on_resume(self):
     import shutil
     import tempfile
-    from configs import progagent_smoke
+    from configs import progagent as progagent_config
     from experiments import train as launcher
     d = tempfile.mkdtemp(prefix="scale_wd_")
     self.addCleanup(shutil.rmtree, d, True)
-    launcher._check_same_config(d, progagent_smoke.get_config())
-    c = progagent_smoke.get_config()
+    launcher._check_same_config(d, progagent_config.get_config('smoke'))
+    c = progagent_config.get_config('smoke')
     with c.unlocked():
       c.mesh.shape = (-1, 1, 1)
       c.model.attention_chunk = 512

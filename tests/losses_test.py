@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import losses
-from common import sharding
+from common.lm import sharding
 
 RTOL = ATOL = 1e-5
 
@@ -114,6 +115,7 @@ def _issue_case():
   return per_token, mask
 
 
+@pytest.mark.fast
 class AggregationTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -182,6 +184,7 @@ class SurrogateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(mode=losses.AGG_MODES, per_token_adv=(False, True), seed=(0,))
+  @pytest.mark.fast
   def test_clipped_surrogate_matches_numpy(self, mode, per_token_adv, seed):
     logp_new, logp_old, adv, mask = _batch(seed)
     if per_token_adv:
@@ -213,6 +216,7 @@ class SurrogateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(*losses.AGG_MODES)
+  @pytest.mark.fast
   def test_clipped_surrogate_masked_nan_inf(self, mode):
     logp_new, logp_old, _, mask = _batch(4)
     adv = np.random.default_rng(0).normal(size=mask.shape).astype(np.float32)
@@ -228,6 +232,7 @@ class SurrogateTest(parameterized.TestCase):
     self.assertTrue(all(np.all(np.isfinite(g)) for g in g_dirty))
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_extreme_log_ratio_is_finite(self):
     logp_new = jnp.array([[0.0, -200.0]], jnp.float32)
     logp_old = jnp.array([[-150.0, 0.0]], jnp.float32)
@@ -240,6 +245,7 @@ class SurrogateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((3e-4, 4e-4, 0.01), (0.2, 0.2, 0.3))
+  @pytest.mark.fast
   def test_gspo_matches_numpy(self, clip_low, clip_high, spread):
     logp_new, logp_old, adv, mask = _batch(5, spread=spread)
     fn = self.variant(functools.partial(losses.gspo_loss, clip_low=clip_low, clip_high=clip_high))
@@ -270,6 +276,7 @@ class SurrogateTest(parameterized.TestCase):
     np.testing.assert_allclose(grad_neg, [[2 * s / 3] * 3 + [0.0]], rtol=1e-5)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_gspo_masked_nan_inf(self):
     logp_new, logp_old, adv, mask = _batch(6)
     fn = self.variant(jax.value_and_grad(
@@ -282,6 +289,7 @@ class SurrogateTest(parameterized.TestCase):
     np.testing.assert_array_equal(g_dirty, g_clean)
     self.assertTrue(np.all(np.isfinite(g_dirty)))
 
+  @pytest.mark.fast
   def test_bad_hyper_parameters(self):
     lp, lo, adv, mask = _batch(0)
     with self.assertRaisesRegex(ValueError, "clip_low must be >= 0"):
@@ -293,6 +301,7 @@ class SurrogateTest(parameterized.TestCase):
     with self.assertRaises(AssertionError):  # per-token advantages for GSPO
       losses.gspo_loss(lp, lo, np.zeros(mask.shape, np.float32), mask)
 
+  @pytest.mark.fast
   def test_no_retrace_for_new_values_of_the_same_shape(self):
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -306,6 +315,7 @@ class SurrogateTest(parameterized.TestCase):
 class KLEntropyTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_k1_k3_match_numpy(self):
     rng = np.random.default_rng(0)
     logp = np.log(rng.uniform(0.01, 1, 50)).astype(np.float32)
@@ -316,6 +326,7 @@ class KLEntropyTest(parameterized.TestCase):
                                rtol=RTOL, atol=ATOL)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_k3_exact_zero_and_finite_at_log_ratio_100(self):
     k3 = self.variant(jax.value_and_grad(losses.kl_k3, argnums=(0, 1)))
     value, grads = k3(jnp.float32(-3.0), jnp.float32(-3.0))
@@ -332,6 +343,7 @@ class KLEntropyTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(estimator=losses.KL_ESTIMATORS, mode=losses.AGG_MODES)
+  @pytest.mark.fast
   def test_kl_penalty_matches_numpy_and_ignores_masked_nan(self, estimator, mode):
     logp, logp_ref, _, mask = _batch(7)
     d = logp_ref.astype(np.float64) - logp
@@ -344,6 +356,7 @@ class KLEntropyTest(parameterized.TestCase):
     np.testing.assert_array_equal(v_dirty, value)
     np.testing.assert_array_equal(g_dirty, grad)
 
+  @pytest.mark.fast
   def test_kl_penalty_bad_estimator(self):
     with self.assertRaisesRegex(ValueError, "'k1', 'k3'"):
       losses.kl_penalty(jnp.zeros((1, 1)), jnp.zeros((1, 1)), jnp.ones((1, 1), bool),

@@ -6,7 +6,8 @@ import shutil
 from absl.testing import absltest
 
 from common.env_client import EnvSpec
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 SPEC = EnvSpec("common.envs.mcp_server_env:GitTaskEnv", {"max_steps": 6}, start_timeout_s=120)

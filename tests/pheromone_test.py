@@ -12,7 +12,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import pytest
 
+from phgpo import edges
+from phgpo import memory_bank
 from phgpo import pheromone as ph
 from phgpo import sampling
 
@@ -114,7 +117,7 @@ def sim_of(task_ids_or_emb):
   """f32[B, T] similarity to KEYS of tasks given by row (i32[B]) or by embedding (f32[B, D])."""
   x = np.asarray(task_ids_or_emb)
   emb = KEYS[x] if x.ndim == 1 else x
-  return ph.bank_similarity(jnp.asarray(KEYS), jnp.asarray(emb, jnp.float32))
+  return memory_bank.bank_similarity(jnp.asarray(KEYS), jnp.asarray(emb, jnp.float32))
 
 
 def random_batch(rng, b, h, n, tm, d, p_mask=0.8):
@@ -158,6 +161,7 @@ def init(n=6, tm=3, cap=4, d=8, tau_init=1.0, edge_mask=None):
 
 class IssueCasesTest(parameterized.TestCase):
 
+  @pytest.mark.fast
   def test_evaporation_reaches_every_edge(self):
     # tau = [1, 1, 1], rho = 0.1, deposit 0.5 on edge 0 -> [1.4, 0.9, 0.9] (dense eager form).
     tau = jnp.ones((1, 3), jnp.float32)
@@ -194,6 +198,7 @@ class IssueCasesTest(parameterized.TestCase):
     np.testing.assert_array_equal(new.bank_score[3, 0], [0.5, 0, 0, 0])
     self.assertEqual(int((np.asarray(new.bank_task) >= 0).sum()), 1)
 
+  @pytest.mark.fast
   def test_clipping_bounds_exact(self):
     tau = jnp.array([[0.0, 0.05, 1.0, 2.0, 7.0]], jnp.float32)
     out = ph.clip_pheromone(tau, tau_min=0.05, tau_max=2.0)
@@ -255,6 +260,7 @@ class LazyTest(parameterized.TestCase):
       self.assertTrue((ref["tau"] == hp["tau_min"]).any())  # the floor was reached somewhere
       self.assertTrue(((ref["tau"] > hp["tau_min"]) & (ref["tau"] < hp["tau_max"])).any())
 
+  @pytest.mark.fast
   def test_only_traversed_entries_are_written(self):
     rng = np.random.default_rng(8)
     n, tm, d = 6, 3, 4
@@ -299,7 +305,7 @@ class LazyTest(parameterized.TestCase):
         self.assertIn(eqn.primitive.name, {"reshape", "scatter"}, eqn)
 
     def fused(state, tools, templates, mask, scores, emb):
-      sim = ph.bank_similarity(jnp.asarray(KEYS), jnp.asarray(KEYS)[emb])
+      sim = memory_bank.bank_similarity(jnp.asarray(KEYS), jnp.asarray(KEYS)[emb])
       rows = ph.pheromone_rows(state, jnp.full((4,), n, jnp.int32), sim, w=0.5, kappa=1.0,
                                top_k_similar=4, tau_min=HP["tau_min"], tau_max=HP["tau_max"])
       first = jnp.argmax(rows, axis=-1).astype(jnp.int32)  # a decision read from the state
@@ -400,10 +406,11 @@ class LazyTest(parameterized.TestCase):
     for seed in range(3):
       key = jax.random.key(seed)
       want = sampling.sample_templates(key, dense, tmask, tools)
-      got = sampling.sample_templates(key, rows, ph.take_rows(tmask, tools),
+      got = sampling.sample_templates(key, rows, edges.take_rows(tmask, tools),
                                       jnp.where(valid, jnp.arange(tools.shape[0]), -1))
       np.testing.assert_array_equal(got, want)
 
+  @pytest.mark.fast
   def test_readers_check_tau_min(self):
     state = init()
     with self.assertRaisesRegex(ValueError, "tau_min must be > 0"):
@@ -413,6 +420,7 @@ class LazyTest(parameterized.TestCase):
 class UpdateTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_evaporate_and_deposit_match_numpy(self):
     rng = np.random.default_rng(1)
     tau = rng.random((7, 6)).astype(np.float32) + 0.5
@@ -451,6 +459,7 @@ class UpdateTest(parameterized.TestCase):
                                [[1.25, 0.5], [0.75, 0.5], [1.0, 0.75]], **TOL)
     np.testing.assert_allclose(ph.effective_tau_arg(new, tau_min=0.1), [[1.25], [0.75]], **TOL)
 
+  @pytest.mark.fast
   def test_masked_and_invalid_steps_do_not_deposit(self):
     tau = jnp.zeros((3, 2), jnp.float32)
     out = ph.deposit(tau, jnp.array([[0, -1, 2, 5]]), jnp.array([[1, 0, -1, 0]]),
@@ -487,6 +496,7 @@ class UpdateTest(parameterized.TestCase):
     self.assertLessEqual(int((np.asarray(state.bank_task) >= 0).sum(-1).max()), 3)
     self.assertEqual(int((np.asarray(state.bank_task) >= 0).sum(-1).max()), 3)
 
+  @pytest.mark.fast
   def test_init_values_and_errors(self):
     mask = np.array([[True, False], [True, True]])
     edge_mask = np.zeros((3, 2), bool)
@@ -537,6 +547,7 @@ class RowsTest(parameterized.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters((2, "tau_range", 0.3, 0.0), (64, "score", 1.0, 0.2),
                             (3, "score", 0.6, 0.0), (2, "tau_range", 1.0, 0.4))
+  @pytest.mark.fast
   def test_rows_match_numpy(self, top_k_similar, dep_units, w, sim_threshold):
     rng = np.random.default_rng(4)
     n, d = 5, 6
@@ -550,6 +561,7 @@ class RowsTest(parameterized.TestCase):
     np.testing.assert_allclose(got, np_rows(tau, np_init(state)["bank"], prev, np.asarray(sim), **kw), **TOL)
     self.assertGreater(np.abs(np.asarray(got) - np.asarray(tau)[prev]).max(), 1e-3)
 
+  @pytest.mark.fast
   def test_no_evidence_or_zero_weight_gives_task_agnostic_row(self):
     rng = np.random.default_rng(5)
     state = self._filled_state(rng)
@@ -589,7 +601,7 @@ class RowsTest(parameterized.TestCase):
     state = ph.init_pheromone(3, 1, tau_init=1.0, tau_min=0.5, tau_max=2.0, bank_per_edge=4)
     kw = dict(w=1.0, kappa=1.0, top_k_similar=8, tau_min=0.5, tau_max=2.0, sim_threshold=0.5)
     keys = jnp.array([[0.6, 0.8], [0.8, 0.6], [1.0, 0.0]])
-    sim = ph.bank_similarity(keys, jnp.array([[3.0, 4.0]]))     # task 0 is the query itself
+    sim = memory_bank.bank_similarity(keys, jnp.array([[3.0, 4.0]]))     # task 0 is the query itself
     np.testing.assert_allclose(sim, [[1.0, 0.96, 0.6]], **TOL)
     with_entry = lambda task, q: state._replace(bank_task=state.bank_task.at[3, 1, 0].set(task),
                                                 bank_score=state.bank_score.at[3, 1, 0].set(q))
@@ -641,6 +653,7 @@ class RowsTest(parameterized.TestCase):
     self.assertTrue((after[touched] > before[touched]).all())
     self.assertTrue((np.asarray(ph.effective_tau_arg(state, tau_min=HP["tau_min"])) >= before_arg).all())
 
+  @pytest.mark.fast
   def test_bad_options_fail_loudly(self):
     state = init()
     kw = dict(w=0.5, kappa=1.0, top_k_similar=4, tau_min=0.05, tau_max=2.0)
@@ -678,7 +691,7 @@ class ShardingTest(parameterized.TestCase):
     def templates(state, key, tools):  # the call phgpo/objective.py's `decide` makes
       row_of = jnp.where(tools >= 0, jnp.arange(tools.shape[0], dtype=jnp.int32), -1)
       return sampling.sample_templates(key, ph.arg_rows(state, tools, tau_min=HP["tau_min"]),
-                                       ph.take_rows(template_mask, tools), row_of)
+                                       edges.take_rows(template_mask, tools), row_of)
 
     key = jax.random.key(3)
     ref_state = upd(state, *batch)

@@ -7,8 +7,11 @@ import re
 
 import numpy as np
 from absl.testing import absltest
+import pytest
 
 from phgpo import graph
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 _DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 _TRAJECT = os.path.join(_DATA, "traject_bench")

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 
 from phgpo import objective
 from phgpo import pheromone as pher_lib
@@ -102,6 +103,7 @@ class ObjectiveTest(parameterized.TestCase):
     return logits, actions, logp_old, adv, pg_mask, sl_mask, ref_logp
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_action_log_probs(self):
     logits, actions = self._batch(0)[:2]
     out = self.variant(objective.action_log_probs)(logits, actions)
@@ -136,11 +138,13 @@ class ObjectiveTest(parameterized.TestCase):
     loss, aux = fn(logits, actions, logp_old, adv, none, pg_mask, ref_logp)
     np.testing.assert_allclose(loss, 0.4 * aux["sl_loss"], **TOL)
 
+  @pytest.mark.fast
   def test_hyper_parameters_are_keyword_only(self):
     with self.assertRaises(TypeError):
       objective.phgpo_loss(*self._batch(0), 0.5, 0.0, 0.0, 0.2, 0.2)  # pylint: disable=too-many-function-args
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_warmup_loss(self):
     rng = np.random.default_rng(3)
     logits = rng.normal(size=(6, 5)).astype(np.float32)
@@ -224,6 +228,7 @@ class ObjectiveTest(parameterized.TestCase):
     np.testing.assert_array_equal(out.has_candidate, [False, True])
     self.assertEqual(int(out.templates[0]), -1)
 
+  @pytest.mark.fast
   def test_rank_errors_are_raised(self):
     logits, actions = self._batch(0)[:2]
     with self.assertRaises(AssertionError):
@@ -280,6 +285,7 @@ class PhgpoLossOptionsTest(parameterized.TestCase):
     self.assertNotIn("is_weight_mean", aux)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_is_weight_matches_numpy(self):
     logits, actions, logp_old, adv, pg_mask, sl_mask, ref_logp = batch = self._batch(13)
     b, h = actions.shape
@@ -318,6 +324,7 @@ class PhgpoLossOptionsTest(parameterized.TestCase):
     np.testing.assert_allclose(g_logits, g_ones * w[0][:, None], **TOL)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_truncated_is_weight(self):
     logp_old = np.log(np.array([[0.5, 0.2, 0.3], [1e-30, 0.9, 0.6]], np.float32))
     logp_b = np.log(np.array([[0.25, 0.4, 0.3], [0.5, 1e-30, 0.2]], np.float32))

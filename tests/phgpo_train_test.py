@@ -16,6 +16,7 @@ from phgpo import classifier_rollout
 from phgpo import evaluation
 from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
+from phgpo import runs
 from phgpo import steps
 from phgpo import train
 
@@ -241,10 +242,10 @@ class PhGPOTrainTest(absltest.TestCase):
 
   def test_run_configs_change_what_the_row_names(self):
     c = phgpo_traject.get_config()
-    self.assertEqual(train.TABLE_RUNS["main"], phgpo_traject.MAIN_RUNS)
-    self.assertEqual(train.TABLE_RUNS["ablation"], phgpo_traject.ABLATION_RUNS)
+    self.assertEqual(runs.TABLE_RUNS["main"], phgpo_traject.MAIN_RUNS)
+    self.assertEqual(runs.TABLE_RUNS["ablation"], phgpo_traject.ABLATION_RUNS)
     self.assertEqual(phgpo_traject.get_config("ablation").runs, phgpo_traject.ABLATION_RUNS)
-    get = lambda run: train.run_config(c, run)
+    get = lambda run: runs.run_config(c, run)
     self.assertEqual((get("grpo").pheromone.beta_max, get("grpo").curriculum.steps), (0.0, c.curriculum.steps))
     self.assertEqual((get("grpo_vanilla").pheromone.beta_max, get("grpo_vanilla").curriculum.steps), (0.0, 0))
     self.assertEqual(get("phgpo").to_dict(), c.to_dict())
@@ -257,7 +258,7 @@ class PhGPOTrainTest(absltest.TestCase):
                       authors.curriculum.beta_start_fraction, authors.pheromone.first_step, authors.rl.sl_steps),
                      (0.3, 0.05, 1.0, False, "all"))
     with self.assertRaisesRegex(ValueError, "unknown run 'ppo'"):
-      train.run_config(c, "ppo")
+      runs.run_config(c, "ppo")
 
 
 class LauncherTest(absltest.TestCase):

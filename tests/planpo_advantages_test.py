@@ -7,87 +7,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import estimators
 from common import losses
-from common import sharding
+from common.lm import sharding
 from planpo import advantages as planpo_adv
 from planpo import objective
 from planpo import schedule
+from reference_loops import random_rows, ref_episode, ref_normalise, ref_turns
 
 RTOL = ATOL = 1e-5
 
 
 # -------------------------------------------------------------------------------------------------
-# float64 NumPy references, written as plain loops (the first four as in tests/gigpo_test.py).
-
-
-def ref_normalise(values, norm, eps, ddof):
-  """Group normalisation of a list of floats; constant groups and groups of one give 0."""
-  n = len(values)
-  if n <= 1 or len(set(values)) == 1:
-    return [0.0] * n
-  mean = sum(values) / n
-  if norm == "none":
-    return [v - mean for v in values]
-  std = np.sqrt(sum((v - mean) ** 2 for v in values) / (n - ddof)) if n > ddof else 0.0
-  return [(v - mean) / (std + eps) for v in values]
-
-
-def ref_turns(rollout, mask):
-  turns = {}
-  for r in range(len(rollout)):
-    if mask[r]:
-      turns[rollout[r]] = turns.get(rollout[r], 0) + 1
-  return turns
-
-
-def ref_episode(values, group, rollout, mask, stats_over, norm, eps, ddof):
-  """values: per-row (constant within a rollout)."""
-  out = np.zeros(len(values))
-  for g in set(group.tolist()):
-    if stats_over == "turns":
-      rows = [r for r in range(len(values)) if mask[r] and group[r] == g]
-      adv = ref_normalise([float(values[r]) for r in rows], norm, eps, ddof)
-      for r, a in zip(rows, adv):
-        out[r] = a
-    else:
-      rolls = sorted({int(rollout[r]) for r in range(len(values)) if mask[r] and group[r] == g})
-      vals = [float(values[[r for r in range(len(values)) if mask[r] and rollout[r] == j][0]])
-              for j in rolls]
-      adv = dict(zip(rolls, ref_normalise(vals, norm, eps, ddof)))
-      for r in range(len(values)):
-        if mask[r] and group[r] == g:
-          out[r] = adv[int(rollout[r])]
-  return out
-
-
-def random_rows(seed, num_groups=4, per_group=4, max_turns=6, masked_fraction=0.15, pad=5,
-                num_anchors=4):
-  """Shuffled per-turn rows of num_groups * per_group rollouts, some rows masked, `pad` padding rows."""
-  rng = np.random.default_rng(seed)
-  rows = []
-  rollout = 0
-  for g in range(num_groups):
-    for _ in range(per_group):
-      n = int(rng.integers(1, max_turns + 1))
-      win = bool(rng.random() < 0.5)
-      score = float(rng.integers(0, 3)) if not win else 10.0
-      for t in range(n):
-        step_r = (10.0 if (win and t == n - 1) else 0.0) - (0.1 if rng.random() < 0.2 else 0.0)
-        rows.append(dict(g=g, i=rollout, t=t, ep=score, win=win, step=step_r,
-                         length=int(rng.integers(0, 40)), anchor=f"obs{rng.integers(num_anchors)}",
-                         m=bool(rng.random() >= masked_fraction)))
-      rollout += 1
-  for _ in range(pad):
-    rows.append(dict(g=0, i=0, t=0, ep=np.nan, win=True, step=np.inf, length=7, anchor="pad", m=False))
-  rng.shuffle(rows)
-  col = lambda k, dt: np.array([row[k] for row in rows], dt)
-  return dict(group=col("g", np.int32), rollout=col("i", np.int32), turn=col("t", np.int32),
-              ep=col("ep", np.float32), win=col("win", bool), step=col("step", np.float32),
-              length=col("length", np.int32), anchor=[row["anchor"] for row in rows],
-              mask=col("m", bool), num_groups=num_groups, num_rollouts=rollout, max_turns=max_turns)
-
+# float64 NumPy references, written as plain loops (the shared ones in tests/reference_loops.py).
 
 
 def ref_planpo(rewards, success, lengths, group, rollout, turn, mask, *, alpha, step_grouping="turn",
@@ -159,6 +93,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(conditional=(True, False), **SWITCHES)
+  @pytest.mark.fast
   def test_matches_numpy_loop(self, step_grouping, stats_over, norm, conditional):
     ddof = 1 if conditional else 0  # both stds (tests/gigpo_test.py covers ddof more)
     b = random_rows(4)
@@ -243,6 +178,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
     self.assertLess(got[1], 0.0)
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_turn_reading_turn_group_without_success_gives_zero(self):
     # The success has 2 turns; failures run 4 turns: turn groups 2 and 3 hold only failures.
     b = rows_of([2, 4, 4], [True, False, False], lengths=[10, 20, 5, 6, 7, 8, 9, 11, 12, 13])
@@ -275,6 +211,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
     self.assertTrue(np.any(np.asarray(out.advantages)[~task0] != 0.0))
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_zero_length_response_is_in_no_group(self):
     b = rows_of([2, 2], [True, True], lengths=[0, 10, 20, 10])
     fn = (functools.partial(call_v, self.variant, response_rows,
@@ -284,6 +221,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
     want = ref_normalise([1 / 10, 1 / 20, 1 / 10], "std", 1e-6, 1)
     np.testing.assert_allclose(got[1:], want, rtol=1e-6)
 
+  @pytest.mark.fast
   def test_alpha_weights_the_step_advantage(self):
     b = rows_of([2, 3, 2], [True, True, False], lengths=[3, 9, 4, 5, 6, 7, 8])
     out0 = call(planpo_adv.planpo_advantages, b, alpha=0.0)
@@ -291,6 +229,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
     np.testing.assert_array_equal(out0.advantages, out0.episode)
     np.testing.assert_allclose(out1.advantages, out1.episode + 0.25 * out1.step, rtol=1e-6)
 
+  @pytest.mark.fast
   def test_defaults_are_documented(self):
     p = inspect.signature(planpo_adv.planpo_advantages).parameters
     self.assertEqual((p["step_grouping"].default, p["stats_over"].default, p["norm"].default,
@@ -301,6 +240,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
                 "planpo.ddof", "planpo.conditional"):
       self.assertIn(key, doc)
 
+  @pytest.mark.fast
   def test_bad_inputs_raise_clear_errors(self):
     b = rows_of([2, 1], [True, False])
     with self.assertRaisesRegex(ValueError, "'turn', 'success'.*planpo.step_grouping"):
@@ -315,6 +255,7 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
     with self.assertRaises(AssertionError):  # lengths of the wrong shape
       call(planpo_adv.planpo_advantages, dict(b, lengths=np.ones(2, np.int32)), alpha=0.1)
 
+  @pytest.mark.fast
   def test_no_retrace_for_new_values_of_the_same_shape(self):
     @jax.jit
     @chex.assert_max_traces(n=1)
@@ -358,6 +299,7 @@ class ShardedPlanPOTest(parameterized.TestCase):
     chex.assert_trees_all_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.fast
 class AlphaScheduleTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
@@ -401,6 +343,7 @@ def ref_loss(logp_new, logp_old, logp_ref, adv, mask, clip, kl_coef):
   return pg / n + kl_coef * kl / n
 
 
+@pytest.mark.fast
 class ObjectiveTest(parameterized.TestCase):
 
   def _batch(self, seed=0):

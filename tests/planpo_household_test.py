@@ -260,7 +260,7 @@ class SmokeTest(absltest.TestCase):
     self.addCleanup(shutil.rmtree, root, ignore_errors=True)
     config = planpo_household.get_config("smoke")
     config.env.kwargs.cache_dir = os.path.join(root, "games")
-    config.policy.cache_dir = os.path.join(root, "ckpt")
+    config.model.cache_dir = os.path.join(root, "ckpt")
     t0 = time.monotonic()
     results = train.run(config, os.path.join(root, "run"))
     print(f"household smoke run: {time.monotonic() - t0:.1f} s")

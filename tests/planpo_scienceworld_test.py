@@ -191,7 +191,7 @@ class SmokeTest(absltest.TestCase):
     root = tempfile.mkdtemp(prefix="planpo_sw_smoke_")
     self.addCleanup(shutil.rmtree, root, ignore_errors=True)
     config = planpo_scienceworld.get_config("smoke")
-    config.policy.cache_dir = os.path.join(root, "ckpt")
+    config.model.cache_dir = os.path.join(root, "ckpt")
     t0 = time.monotonic()
     results = train.run(config, os.path.join(root, "run"))
     print(f"scienceworld smoke run: {time.monotonic() - t0:.1f} s")

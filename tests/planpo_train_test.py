@@ -15,6 +15,8 @@ from absl.testing import absltest
 
 from configs import planpo_twx
 from planpo import data
+from common.lm import updates as kit
+from planpo import tables
 from planpo import train
 
 try:
@@ -122,7 +124,7 @@ class MicroBatchTest(absltest.TestCase):
       mask[i, 4:4 + 1 + i % 5] = True
     mask[6] = False   # a row without policy tokens
     mask &= attn
-    lp_old = np.asarray(train.score(params, tok, attn, model=cfg, temperature=1.0)) + 0.05 * rng.normal(
+    lp_old = np.asarray(kit.score(params, tok, attn, model=cfg, temperature=1.0)) + 0.05 * rng.normal(
         size=(rows, length)).astype(np.float32)
     lp_ref = lp_old - 0.1
     adv = rng.normal(size=(rows,)).astype(np.float32)
@@ -130,8 +132,9 @@ class MicroBatchTest(absltest.TestCase):
       kw = tuple(sorted(dict(clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode=agg, ratio="token").items()))
       out = {}
       for micro in (8, 3):
-        state = train.init_state(params, 1e-2, 1.0)
-        state, m = train.rl_update(state, tok, attn, mask, lp_old, lp_ref, adv, model=cfg, lr=1e-2, grad_clip=1.0,
+        optim = kit.OptimSettings(1e-2, 1.0)
+        state = kit.init_state(params, optim)
+        state, m = train.rl_update(state, tok, attn, mask, lp_old, lp_ref, adv, model=cfg, optim=optim,
                                    temperature=1.0, loss_kw=kw, micro_rows=micro)
         out[micro] = (state.params, m)
       jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), out[8][0], out[3][0])
@@ -165,7 +168,7 @@ class SmokeTest(absltest.TestCase):
     self.assertEqual(saved["runs"], json.loads(json.dumps(
         {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in self.results.items()})))
     ev = saved["runs"]["planpo"]["0"]["test"]
-    for m in train.METRICS:
+    for m in tables.METRICS:
       self.assertIn(m, ev["metrics"])
     self.assertLen(ev["episodes"], self.config.env.eval_tasks)
     # paired: every run evaluates the same tasks in the same order
@@ -271,8 +274,8 @@ class GoldEpisodesTest(absltest.TestCase):
 
   def test_train_state_is_a_dataclass(self):
     import jax.numpy as jnp
-    state = train.init_state({"w": jnp.ones((2,))}, 1e-3, 1.0)
-    self.assertIsInstance(state, train.TrainState)
+    state = kit.init_state({"w": jnp.ones((2,))}, kit.OptimSettings(1e-3, 1.0))
+    self.assertIsInstance(state, kit.TrainState)
     self.assertEqual(int(state.step), 0)
     self.assertEqual(int(state.replace(step=jnp.asarray(3)).step), 3)
 

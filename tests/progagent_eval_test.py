@@ -85,7 +85,7 @@ class SummarizeTest(absltest.TestCase):
 class ConfigTest(absltest.TestCase):
 
   def test_eval_seeds_must_be_held_out(self):
-    c = train.default_config()
+    c = progagent_config.default_config()
     c.eval.seeds = (3, 1000)
     with self.assertRaisesRegex(ValueError, r"eval.seeds.*\[3\] are training seeds"):
       train.check_config(c)
@@ -100,7 +100,7 @@ class ConfigTest(absltest.TestCase):
                             ("eval.k", (1, 99), "eval.k"), ("sft.steps", -1, "sft.steps"),
                             ("eval.seeds", ("a", "b"), "must be integers"),
                             ("eval.tasks", ("retail/nope",), "eval.tasks.*unknown task id")):
-      c = train.default_config()
+      c = progagent_config.default_config()
       node, leaf = key.split(".")
       c[node][leaf] = value
       with self.assertRaisesRegex(ValueError, msg):
@@ -132,13 +132,13 @@ class ConfigTest(absltest.TestCase):
     with open(path, "w") as f:
       f.write(json.dumps({"task_id": "retail/pending_over_500", "mode": "ptc", "sample": 0, "seed": 1000,
                           "scale": 0, "reward": 1.0, "messages": []}) + "\n")
-    c = train.default_config()
+    c = progagent_config.default_config()
     c.sft.teacher_jsonl = path
     with self.assertRaisesRegex(ValueError, r"\[1000\] are training seeds"):
       train.check_config(c)
 
   def test_draw_levels_follow_weights(self):
-    c = train.default_config()
+    c = progagent_config.default_config()
     levels = train.draw_levels(c, np.random.default_rng(0), 4000)
     self.assertEqual(set(levels), {0, 1, 2, 3})
     self.assertAlmostEqual(levels.count(3) / 4000, 0.25, delta=0.03)
@@ -153,7 +153,7 @@ class ConfigTest(absltest.TestCase):
         for i in range(16):
           f.write(json.dumps({"task_id": tid, "mode": "ptc", "sample": i, "seed": 0, "scale": 0,
                               "reward": float(i < wins), "messages": []}) + "\n")
-    c = train.default_config()
+    c = progagent_config.default_config()
     c.sft.teacher_jsonl = path
     self.assertEqual(train.task_pool(c, ["d/all", "d/some", "d/none", "d/unseen"]), ["d/some"])
     c.gspo.filter_from_teacher = False

@@ -115,10 +115,9 @@ class TokensAndRuntimeTest(absltest.TestCase):
     with self.assertRaisesRegex(TypeError, "tokenizer"):
       harness.make_token_counter(3)
 
-  def test_in_process_runtime_reexported(self):
-    """The PTC runtime the harness re-exports (progagent.inprocess_runtime; its run rule is common.tool_wire's,
-    tested in tool_wire_test): persistent variables, ToolError in programs, program-only tracebacks, the cut."""
-    self.assertIs(harness.InProcessRuntime, inprocess_runtime.InProcessRuntime)
+  def test_in_process_runtime(self):
+    """The PTC runtime (progagent.inprocess_runtime; its run rule is common.tool_wire's, tested in
+    tool_wire_test): persistent variables, ToolError in programs, program-only tracebacks, the cut."""
     calls = []
 
     def call_tool(name, args):
@@ -127,7 +126,7 @@ class TokensAndRuntimeTest(absltest.TestCase):
         return {"content": [{"type": "text", "text": "Error: nope"}], "isError": True}
       return {"content": [{"type": "text", "text": "[1, 2, 3]"}], "isError": False}
 
-    rt = harness.InProcessRuntime(call_tool, ["good", "bad"], max_output_chars=200)
+    rt = inprocess_runtime.InProcessRuntime(call_tool, ["good", "bad"], max_output_chars=200)
     r = rt.run('x = tools["good"](k=1)\nprint(sum(x))')
     self.assertEqual((r.output, r.error, r.tool_calls), ("6\n", None, 1))
     self.assertEqual(rt.run("print(x[::-1])").output, "[3, 2, 1]\n")   # variables persist
@@ -139,13 +138,13 @@ class TokensAndRuntimeTest(absltest.TestCase):
     self.assertIn("line 2: def f(:", rt.run("x = 2\ndef f(:\n  pass").output)
     self.assertEqual(calls, [("good", {"k": 1}), ("bad", {}), ("bad", {})])
     rt.close()
-    rt = harness.InProcessRuntime(call_tool, [], max_output_chars=20)
+    rt = inprocess_runtime.InProcessRuntime(call_tool, [], max_output_chars=20)
     r = rt.run("print('z' * 50)")
     self.assertEqual(r.truncated_chars, 31)
     self.assertIn("31 characters cut", r.output)
     rt.close()
     with self.assertRaisesRegex(ValueError, "runtime"):
-      harness.make_runtime("docker", None)
+      inprocess_runtime.make_runtime("docker", None)
 
 
 TASK = "retail/pending_over_500"

@@ -576,10 +576,13 @@ class HelpersTest(absltest.TestCase):
     self.assertEqual(teacher_stats.filter_statistic(8, 2, stat="mean"), 0.25)
 
   def test_select_tasks(self):
-    self.assertEqual(teacher.select_tasks(f"retail,{BAD}"), tasks_lib.task_ids("retail") + [BAD])
-    self.assertLen(teacher.select_tasks(""), len(tasks_lib.TASKS))
+    self.assertEqual(tasks_lib.select_tasks(f"retail,{BAD}"), tasks_lib.task_ids("retail") + [BAD])
+    self.assertEqual(tasks_lib.select_tasks(f" {BAD}, ,retail,"), [BAD] + tasks_lib.task_ids("retail"))
+    self.assertEqual(tasks_lib.select_tasks(("retail", BAD)), tasks_lib.task_ids("retail") + [BAD])
+    self.assertLen(tasks_lib.select_tasks(""), len(tasks_lib.TASKS))
+    self.assertLen(tasks_lib.select_tasks(()), len(tasks_lib.TASKS))
     with self.assertRaises(KeyError):
-      teacher.select_tasks("retail/nope")
+      tasks_lib.select_tasks("retail/nope")
 
 
 if __name__ == "__main__":

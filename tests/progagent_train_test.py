@@ -19,10 +19,12 @@ import psutil
 
 import procs
 from common import checkpoint as ckpt_lib
-from common import metric_writer
-from common import rollout as rollout_lib
+from common import io
+from common import policy_io
 from common.lm import checkpoints as lm_checkpoints
-from configs import progagent_smoke
+from common.lm import sampler as sampler_lib
+from configs import progagent as progagent_config
+from common.lm import updates as kit
 from progagent import harness
 from progagent import rollouts
 from progagent import sft_data
@@ -46,7 +48,7 @@ def tearDownModule():
 
 
 def smoke_config():
-  c = progagent_smoke.get_config()
+  c = progagent_config.get_config('smoke')
   c.model.cache_dir = os.path.join(_CACHE, "models")
   return c
 
@@ -71,7 +73,7 @@ class Scripted:
     if self.k in self.cut:
       ids = ids[:-1]
     self.k += 1
-    return [rollout_lib.PolicyOutput(ids[:r.max_new_tokens], [-0.5] * len(ids[:r.max_new_tokens]))
+    return [policy_io.PolicyOutput(ids[:r.max_new_tokens], [-0.5] * len(ids[:r.max_new_tokens]))
             for r in requests]
 
 
@@ -119,7 +121,7 @@ class FormatAndRolloutTest(absltest.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     cls.config = smoke_config()
-    cls.policy = train.load_policy(cls.config, train.select_tasks(cls.config.tasks))
+    cls.policy = train.load_policy(cls.config, tasks_lib.select_tasks(cls.config.tasks))
     cls.chat = cls.policy.chat
     cls.tok = cls.chat.tokenizer if hasattr(cls.chat, "tokenizer") else cls.chat.tok
 
@@ -175,7 +177,7 @@ class FormatAndRolloutTest(absltest.TestCase):
       sft_data.messages_to_trajectory([{"role": "user", "content": "x"}], self.chat, tools=[])
 
   def test_sft_examples_from_oracle_mask_assistant_only(self):
-    ex = sft_data.sft_examples(self.config, self.chat, train.select_tasks(self.config.tasks))
+    ex = sft_data.sft_examples(self.config, self.chat, tasks_lib.select_tasks(self.config.tasks))
     self.assertLen(ex, 3)
     for t in ex:
       task = tasks_lib.get_task(t.task_id)
@@ -295,12 +297,12 @@ class SmokeRunTest(absltest.TestCase):
 
   def test_completes_through_sft_and_gspo(self):
     c = self.config
-    sft = metric_writer.read_jsonl(os.path.join(self.workdir, "sft", "metrics.jsonl"))
+    sft = io.read_jsonl(os.path.join(self.workdir, "sft", "metrics.jsonl"))
     self.assertEqual([r["step"] for r in sft], list(range(c.sft.epochs + 1)))
     self.assertTrue(all(math.isfinite(r["sft/loss"]) for r in sft[1:]))
     # SFT lowers the loss on its own data (token-mean cross-entropy over the assistant tokens).
     self.assertLess(sft[-1]["sft/eval_loss"], 0.5 * sft[0]["sft/eval_loss"])
-    gspo = metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))
+    gspo = io.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))
     self.assertEqual([r["step"] for r in gspo], [1, 2])
     for r in gspo:
       self.assertTrue(math.isfinite(r["gspo/loss"]))
@@ -310,9 +312,9 @@ class SmokeRunTest(absltest.TestCase):
       self.assertEqual(r["gspo/updates"], c.gspo.minibatches * c.gspo.epochs)
       self.assertAlmostEqual(sum(r[f"rollout/term_{k}"] for k in ("done", "turn_limit", "length_limit",
                                                                   "env_error")), 1.0)
-    self.assertIsInstance(self.result["gspo"], updates.TrainState)
+    self.assertIsInstance(self.result["gspo"], kit.TrainState)
     self.assertEqual(int(self.result["gspo"].step), 2)
-    rolls = metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl"))
+    rolls = io.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl"))
     self.assertLen(rolls, 2 * c.gspo.tasks_per_step * c.gspo.rollouts_per_task)
     self.assertTrue(all(r["reward"] in (0.0, 1.0) for r in rolls))
     summary = json.load(open(os.path.join(self.workdir, "summary.json")))
@@ -321,11 +323,11 @@ class SmokeRunTest(absltest.TestCase):
   def test_real_rollouts_mask_and_ratio_one(self):
     """LM rollouts: the mask is the sampled tokens; recomputed log-probs match the sampler's."""
     state = self.result["sft"]
-    policy = train.load_policy(self.config, train.select_tasks(self.config.tasks))
+    policy = train.load_policy(self.config, tasks_lib.select_tasks(self.config.tasks))
     g, e = self.config.gspo, self.config.env
-    sampler = rollouts.LMSampler(state.params, policy.model, key=jax.random.key(3),
-                                 rows=g.tasks_per_step * g.rollouts_per_task, max_new_tokens=e.max_response_tokens,
-                                 temperature=1.0, stop_tokens=tuple(policy.chat.stop_ids), pad_id=0, buckets=(1536,))
+    sampler = sampler_lib.LMSampler(state.params, policy.model, key=jax.random.key(3),
+                                    rows=g.tasks_per_step * g.rollouts_per_task, max_new_tokens=e.max_response_tokens,
+                                    temperature=1.0, stop_tokens=tuple(policy.chat.stop_ids), pad_id=0, buckets=(1536,))
     pool = rollouts.make_pool(self.config, 6)
     try:
       trajs = rollouts.run_rollouts(pool, sampler, policy.chat, list(self.config.tasks[:2]), config=self.config,
@@ -337,29 +339,29 @@ class SmokeRunTest(absltest.TestCase):
     for i, t in enumerate(trajs):
       resp = sum((tn.response_ids for tn in t.turns), [])
       self.assertEqual(batch.tokens[i][batch.policy[i]].tolist(), resp)
-    lp = np.concatenate([np.asarray(updates.score(state.params, jnp.asarray(batch.tokens[i:i + 3]),
-                                                  jnp.asarray(batch.attn[i:i + 3]), model=policy.model,
-                                                  temperature=1.0))
-                         for i in (0, 3)])
+    lp = np.asarray(kit.score_rows(state.params, jnp.asarray(batch.tokens), jnp.asarray(batch.attn),
+                                   model=policy.model, temperature=1.0, chunk=3))
     np.testing.assert_allclose(lp[batch.policy], batch.logp_old[batch.policy], atol=2e-4, rtol=0)
     # GSPO's first update with logp_old from the same parameters: ratio exactly where it should be.
     adv = np.asarray([1.0, -1.0, 0.5, -0.5, 0.0, 0.0], np.float32)
     b = batch._replace(logp_old=np.where(batch.policy, lp, 0.0).astype(np.float32), adv=adv)
-    optim = updates.optim_settings(self.config, self.config.gspo.learning_rate)   # the run's compiled update
-    opt_state = updates.commit(updates.make_optimizer(optim, state.params).init(state.params))
+    optim = train.gspo_optim(self.config)   # the run's compiled update
+    state = kit.init_state(state.params, optim)
     sub = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)[:3]), b)
     kw = dict(model=policy.model, optim=optim, temperature=1.0, clip_low=3e-4, clip_high=4e-4)
-    p1, o1, m = updates.gspo_update(state.params, opt_state, sub, micro=1, **kw)
+    s1, m = updates.gspo_update(state, sub, micro=1, **kw)
+    p1 = s1.params
     self.assertAlmostEqual(float(m["ratio_mean"]), 1.0, delta=1e-5)
     self.assertGreater(float(m["grad_norm"]), 0.0)
     # Micro-batches (one row each) give the same update as one pass.
-    p3, _, m3 = updates.gspo_update(state.params, opt_state, sub, micro=3, **kw)
+    p3 = (s3 := updates.gspo_update(state, sub, micro=3, **kw))[0].params
+    m3 = s3[1]
     for k in ("loss", "ratio_mean", "ratio_max", "grad_norm", "approx_kl"):
       self.assertAlmostEqual(float(m3[k]), float(m[k]), delta=1e-5 * max(1.0, abs(float(m[k]))), msg=k)
     for x, y in zip(jax.tree.leaves(p3), jax.tree.leaves(p1)):
       np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6, rtol=1e-5)
     # A second update on the same rows is off-policy: the ratio moved, and clipping engages.
-    _, _, m2 = updates.gspo_update(p1, o1, sub, micro=1, **kw)
+    _, m2 = updates.gspo_update(s1, sub, micro=1, **kw)
     self.assertGreater(abs(float(m2["ratio_mean"]) - 1.0) + float(m2["clip_fraction"]), 1e-6)
 
   def test_sigkill_mid_gspo_then_resume_matches_uninterrupted_run(self):
@@ -367,8 +369,8 @@ class SmokeRunTest(absltest.TestCase):
     = 10 > steps): the rerun drops those rows, starts GSPO again, and ends as the uninterrupted run."""
     workdir = os.path.join(_CACHE, "run_killed")
     shutil.copytree(os.path.join(self.workdir, "sft"), os.path.join(workdir, "sft"))  # SFT done: skipped
-    code = ("import sys; from configs import progagent_smoke; from progagent import train\n"
-            "c = progagent_smoke.get_config(); c.model.cache_dir = sys.argv[1]; train.run(c, sys.argv[2])\n")
+    code = ("import sys; from configs import progagent as pc; from progagent import train\n"
+            "c = pc.get_config('smoke'); c.model.cache_dir = sys.argv[1]; train.run(c, sys.argv[2])\n")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen([sys.executable, "-c", code, self.config.model.cache_dir, workdir], cwd=repo,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -376,7 +378,7 @@ class SmokeRunTest(absltest.TestCase):
     try:
       deadline = time.monotonic() + 900
       while time.monotonic() < deadline and proc.poll() is None:
-        if os.path.exists(metrics) and metric_writer.read_jsonl(metrics):
+        if os.path.exists(metrics) and io.read_jsonl(metrics):
           break
         time.sleep(0.05)
       self.assertIsNone(proc.poll(), "the run ended before it could be killed")
@@ -389,15 +391,15 @@ class SmokeRunTest(absltest.TestCase):
     ck.close()
     if latest is not None:
       self.skipTest(f"the kill came after the final checkpoint (step {latest}); nothing to resume")
-    self.assertEqual([r["step"] for r in metric_writer.read_jsonl(metrics)], [1])   # a row past the checkpoint
+    self.assertEqual([r["step"] for r in io.read_jsonl(metrics)], [1])   # a row past the checkpoint
     resumed = train.run(self.config, workdir)
     for x, y in zip(jax.tree.leaves(self.result["gspo"]), jax.tree.leaves(resumed["gspo"])):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]
-    self.assertEqual(strip(metric_writer.read_jsonl(metrics)),
-                     strip(metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
-    self.assertEqual(metric_writer.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
-                     metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
+    self.assertEqual(strip(io.read_jsonl(metrics)),
+                     strip(io.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
+    self.assertEqual(io.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
+                     io.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
 
   def test_resume_gives_identical_state(self):
     workdir = os.path.join(_CACHE, "run_b")
@@ -406,7 +408,7 @@ class SmokeRunTest(absltest.TestCase):
     ck = ckpt_lib.Checkpointer(os.path.join(workdir, "gspo", "checkpoints"))
     self.assertEqual(ck.latest_step(), 1)
     ck.close()
-    rows = metric_writer.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))
+    rows = io.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))
     self.assertEqual([r["step"] for r in rows], [1])
     resumed = train.run(self.config, workdir)
     a, b = self.result["gspo"], resumed["gspo"]
@@ -415,10 +417,10 @@ class SmokeRunTest(absltest.TestCase):
     for (path, x), (_, y) in zip(la, lb):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=jax.tree_util.keystr(path))
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rs]
-    self.assertEqual(strip(metric_writer.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))),
-                     strip(metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
-    self.assertEqual(metric_writer.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
-                     metric_writer.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
+    self.assertEqual(strip(io.read_jsonl(os.path.join(workdir, "gspo", "metrics.jsonl"))),
+                     strip(io.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
+    self.assertEqual(io.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
+                     io.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
 
 
 if __name__ == "__main__":

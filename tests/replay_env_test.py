@@ -5,6 +5,7 @@ import pickle
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from common.envs.base import ToolEnv
 from phgpo import data
 from phgpo import replay_env as env_lib
 
@@ -148,7 +149,7 @@ class ReplayEnvTest(parameterized.TestCase):
 
   def test_context_manager(self):
     with env_lib.ReplayEnv([TASK], SPECS) as env:
-      self.assertIsInstance(env, env_lib.ToolEnv)
+      self.assertIsInstance(env, ToolEnv)
 
 
 class RealReplayTest(absltest.TestCase):

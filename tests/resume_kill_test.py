@@ -218,7 +218,7 @@ class PhGPOKillResumeTest(_KillResumeTestCase):
       self.assertEqual(g.read(), f.read())
 
 
-PROGAGENT_SMOKE = "configs/progagent_smoke.py"
+PROGAGENT_SMOKE = "configs/progagent.py:smoke"
 
 
 @pytest.mark.slow
@@ -226,8 +226,8 @@ class ProgAgentKillResumeTest(_KillResumeTestCase):
 
   def test_sigkill_mid_sft(self):
     """ProgAgent smoke: killed inside SFT (after a checkpoint, with rows past it), rerun to the end."""
-    from configs import progagent_smoke  # pylint: disable=g-import-not-at-top
-    c = progagent_smoke.get_config()
+    from configs import progagent as progagent_config  # pylint: disable=g-import-not-at-top
+    c = progagent_config.get_config('smoke')
     tmp = self.create_tempdir().full_path
     log = os.path.join(tmp, "log.txt")
     ref, run = os.path.join(tmp, "ref"), os.path.join(tmp, "run")

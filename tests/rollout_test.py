@@ -20,7 +20,9 @@ import procs
 from common import trajectory as traj_lib
 from common.env_client import EnvSpec, InProcessEnv
 from common.envs.base import StepResult, ToolEnv
-from common.rollout import PolicyOutput, RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.policy_io import PolicyOutput
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 PROBE = EnvSpec("common.envs.probe_env:ProbeEnv", {"max_steps": 50}, start_timeout_s=60)

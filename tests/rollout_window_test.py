@@ -11,11 +11,13 @@ import shutil
 
 import numpy as np
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import tool_calls as tc
 from common import windowed as win_lib
 from common.chat import ChatTemplate
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 
 try:
   import textworld_express  # noqa: F401
@@ -40,6 +42,7 @@ DETOUR = [
 DIRECT = ["<think>east</think><action>move east</action>", "<think>take</think><action>take coin</action>"]
 
 
+@pytest.mark.fast
 class ParseActionTest(parameterized.TestCase):
 
   def test_action_becomes_the_call(self):
@@ -84,6 +87,7 @@ class ParseActionTest(parameterized.TestCase):
       tc.parse_action(None)
 
 
+@pytest.mark.fast
 class AnchorAndRenderTest(absltest.TestCase):
 
   def test_anchor_ids_are_stable_hashes(self):

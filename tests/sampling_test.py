@@ -10,6 +10,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+import pytest
 
 from phgpo import sampling
 
@@ -39,6 +40,7 @@ def chi_square(counts, probs):
 class EdgeCaseTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_all_invalid_rows_give_no_candidate_not_index_zero(self):
     logits = jnp.array([[NEG_INF] * 4, [1.0, 2.0, 0.0, 3.0], [np.nan] * 4, [0.0, 5.0, 1.0, 2.0]],
                        jnp.float32)
@@ -65,6 +67,7 @@ class EdgeCaseTest(parameterized.TestCase):
     self.assertTrue(np.all(has))
     self.assertTrue(np.all(np.isfinite(np.asarray(tools))))
 
+  @pytest.mark.fast
   def test_temperature_zero_with_beta_zero_is_policy_argmax(self):
     logits = jnp.array([[0.0, 3.0, 1.0], [2.0, -1.0, NEG_INF]], jnp.float32)
     tools, _ = sampling.sample_tools(jax.random.key(2), logits, jnp.full((2, 3), jnp.nan),
@@ -78,12 +81,14 @@ class EdgeCaseTest(parameterized.TestCase):
     np.testing.assert_array_equal(tools, np.full(50, 2))
     self.assertTrue(np.all(has))
 
+  @pytest.mark.fast
   def test_errors(self):
     with self.assertRaisesRegex(ValueError, "top_k must be >= 1"):
       sampling.sample_tools(jax.random.key(0), jnp.zeros((1, 3)), jnp.zeros((1, 3)), top_k=0)
     with self.assertRaises(AssertionError):
       sampling.sample_tools(jax.random.key(0), jnp.zeros((3,)), jnp.zeros((3,)))
 
+  @pytest.mark.fast
   def test_no_retrace_for_new_beta_or_temperature(self):
     f = sampling.sample_tools
     args = (jax.random.key(0), jnp.zeros((2, 5)), jnp.zeros((2, 5)))
@@ -163,6 +168,7 @@ class BehaviourLogProbTest(parameterized.TestCase):
       self.assertTrue(np.all(np.isfinite(np.asarray(logp))) and np.all(np.asarray(logp) <= 0))
 
   @chex.variants(with_jit=True, without_jit=True)
+  @pytest.mark.fast
   def test_matches_numpy_softmax_over_top_k(self):
     # One row, N = 5, K = 3; by hand: log pi = logits - logsumexp(logits); C = {1, 3, 0} (largest logits);
     # score = log pi + 0.5 log prior on C; mu = softmax(score / 0.7) on C.

@@ -23,8 +23,10 @@ from absl.testing import absltest
 
 import procs
 from common import sandbox as sb
+from common import sandbox_cgroup
 from common.env_client import EnvClient, EnvSpec
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 PROBE = EnvSpec("common.envs.probe_env:ProbeEnv", {"max_steps": 30}, start_timeout_s=60)
@@ -64,13 +66,13 @@ class FakeCgroupDetectionTest(absltest.TestCase):
 
   def test_v2_with_controllers_is_chosen(self):
     self._mk("v2/me", {"cgroup.controllers": "cpu memory pids", "cgroup.subtree_control": ""})
-    roots = sb.CgroupRoots(os.path.join(self.root, "v2"), None, None, self_v2_path="/me")
-    det = sb.detect_cgroup("auto", roots)
+    roots = sandbox_cgroup.CgroupRoots(os.path.join(self.root, "v2"), None, None, self_v2_path="/me")
+    det = sandbox_cgroup.detect_cgroup("auto", roots)
     self.assertEqual(det.mode, "v2")
     self.assertTrue(det.cpu)
     with open(os.path.join(self.root, "v2/me/cgroup.subtree_control")) as f:
       self.assertEqual(f.read(), "+memory +pids +cpu")
-    cg = sb.Cgroup.create(sb.SandboxConfig(cpu_max_cores=0.5), detection=det)
+    cg = sandbox_cgroup.Cgroup.create(sb.SandboxConfig(cpu_max_cores=0.5), detection=det)
     with open(os.path.join(cg.dirs[0], "cpu.max")) as f:
       self.assertEqual(f.read(), "50000 100000")
 
@@ -78,14 +80,14 @@ class FakeCgroupDetectionTest(absltest.TestCase):
     self._mk("v2", {"cgroup.controllers": "hugetlb", "cgroup.subtree_control": ""})
     mem = self._mk("mem/job", {"memory.limit_in_bytes": ""})
     pids = self._mk("pids", {"cgroup.procs": ""})
-    roots = sb.CgroupRoots(os.path.join(self.root, "v2"), os.path.join(self.root, "mem"),
+    roots = sandbox_cgroup.CgroupRoots(os.path.join(self.root, "v2"), os.path.join(self.root, "mem"),
                            os.path.join(self.root, "pids"), self_v1_memory_path="/job")
-    det = sb.detect_cgroup("auto", roots)
+    det = sandbox_cgroup.detect_cgroup("auto", roots)
     self.assertEqual(det.mode, "v1")
     self.assertEqual(det.parents, (mem, pids))
     self.assertIn("memory,pids not in", det.why_not[0])
     # Per-sandbox cgroups get the limits written.
-    cg = sb.Cgroup.create(sb.SandboxConfig(memory_max_bytes=123456, pids_max=7), detection=det)
+    cg = sandbox_cgroup.Cgroup.create(sb.SandboxConfig(memory_max_bytes=123456, pids_max=7), detection=det)
     with open(os.path.join(cg.dirs[0], "memory.limit_in_bytes")) as f:
       self.assertEqual(f.read(), "123456")
     with open(os.path.join(cg.dirs[1], "pids.max")) as f:
@@ -93,13 +95,13 @@ class FakeCgroupDetectionTest(absltest.TestCase):
     self.assertIn("cgroup v1", cg.description)
 
   def test_nothing_usable_gives_rlimit(self):
-    det = sb.detect_cgroup("auto", sb.CgroupRoots(None, None, None))
+    det = sandbox_cgroup.detect_cgroup("auto", sandbox_cgroup.CgroupRoots(None, None, None))
     self.assertEqual(det.mode, "rlimit")
     self.assertLen(det.why_not, 2)
-    with self.assertRaisesRegex(sb.SandboxError, "v2"):
-      sb.detect_cgroup("v2", sb.CgroupRoots(None, None, None))
-    with self.assertRaisesRegex(sb.SandboxError, "use 'auto'"):
-      sb.detect_cgroup("bogus")
+    with self.assertRaisesRegex(sandbox_cgroup.SandboxError, "v2"):
+      sandbox_cgroup.detect_cgroup("v2", sandbox_cgroup.CgroupRoots(None, None, None))
+    with self.assertRaisesRegex(sandbox_cgroup.SandboxError, "use 'auto'"):
+      sandbox_cgroup.detect_cgroup("bogus")
 
 
 @absltest.skipUnless(HAVE_BWRAP, "bubblewrap missing: apt-get install -y bubblewrap")

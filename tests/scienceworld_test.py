@@ -9,7 +9,8 @@ import shutil
 from absl.testing import absltest
 
 from common.env_client import EnvSpec
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
 SPEC = EnvSpec("common.envs.scienceworld_env:ScienceWorldToolEnv", {"env_step_limit": 60},

@@ -51,8 +51,9 @@ from absl.testing import absltest
 
 import procs
 from common import sandbox as sb
-from common.env_client import EnvClient, EnvError, EnvSpec
+from common.env_client import EnvClient, EnvSpec
 from common.env_pool import WorkerPool
+from common.mcp_process import EnvError
 from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common.trajectory import ByteTokenizer
 
@@ -161,7 +162,7 @@ def _left_on_disk():
   tmp = tempfile.gettempdir()
   out = set(glob.glob(os.path.join(tmp, f"agentrl-*-{os.getpid()}-*")))
   out |= set(glob.glob(os.path.join(tmp, f"agentrl-env-{os.getpid()}-*.log")))   # other processes' logs are theirs
-  det = sandbox_cgroup._detect_once("auto")
+  det = sandbox_cgroup.detect_once("auto")
   for parent in tuple(det.parents) + ((det.freezer,) if getattr(det, "freezer", None) else ()):
     out |= set(glob.glob(os.path.join(parent, f"agentrl-{os.getpid()}-*")))
   return out

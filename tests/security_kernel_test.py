@@ -58,7 +58,7 @@ def _file_backend(ws):
 
 def _cgroups_of(pid):
   """Per-sandbox cgroup folders owned by `pid` on this machine."""
-  det = sandbox_cgroup._detect_once("auto")
+  det = sandbox_cgroup.detect_once("auto")
   out = []
   for parent in tuple(det.parents) + tuple(getattr(det, "freezer", None) and (det.freezer,) or ()):
     out += glob.glob(os.path.join(parent, f"agentrl-{pid}-*"))

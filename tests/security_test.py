@@ -22,6 +22,7 @@ from absl.testing import absltest
 
 import procs
 from common import sandbox as sb
+from common import sandbox_cgroup
 from common import sandbox_guard
 
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -336,6 +337,7 @@ class CleanupTest(absltest.TestCase):
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import json, subprocess, sys, time
         from common import sandbox as sb
+from common import sandbox_cgroup
         ws = sb.sandbox_guard.owned_tempdir("ws")
         s = sb.Sandbox(sb.SandboxConfig())
         p = subprocess.Popen(s.command(["sleep", "60"]), start_new_session=True)
@@ -354,7 +356,7 @@ class CleanupTest(absltest.TestCase):
       owner.wait()
     for p in [ws, private] + dirs:
       self.assertTrue(os.path.exists(p), p)   # the kill left them behind
-    removed = sb.sweep_stale()
+    removed = sandbox_cgroup.sweep_stale()
     for p in [ws, private] + dirs:
       self.assertFalse(os.path.exists(p), p)
       self.assertIn(p, removed)
@@ -381,7 +383,7 @@ class CleanupTest(absltest.TestCase):
     self.addCleanup(os.unlink, outside.name)
     link = log[:-len(".log")] + "-link"
     os.symlink(outside.name, link)   # a link in the scheme is removed, its target left alone
-    removed = sb.sweep_stale()
+    removed = sandbox_cgroup.sweep_stale()
     self.assertIn(log, removed)
     self.assertFalse(os.path.exists(log))
     self.assertFalse(os.path.lexists(link))
@@ -390,7 +392,7 @@ class CleanupTest(absltest.TestCase):
   def test_live_owner_is_not_swept(self):
     d = sandbox_guard.owned_tempdir("ws")
     self.addCleanup(shutil.rmtree, d, True)
-    sb.sweep_stale()
+    sandbox_cgroup.sweep_stale()
     self.assertTrue(os.path.isdir(d))
 
   def test_no_process_left_behind(self):

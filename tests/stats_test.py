@@ -2,8 +2,11 @@
 
 import numpy as np
 from absl.testing import absltest
+import pytest
 
 from common import stats
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 class PairedDifferenceTest(absltest.TestCase):

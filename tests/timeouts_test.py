@@ -3,8 +3,11 @@ import os
 from unittest import mock
 
 from absl.testing import absltest
+import pytest
 
 from common import timeouts
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 class TimeoutsTest(absltest.TestCase):

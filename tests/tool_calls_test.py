@@ -4,9 +4,12 @@ formats (Qwen <tool_call>, Llama <|python_tag|>, fences) with reasoning removed 
 import json
 
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import tool_calls as tc
 from common.tool_calls import parse_response, parse_tool_call
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 class ParseToolCallTest(parameterized.TestCase):

@@ -5,8 +5,11 @@ import sys
 import threading
 
 from absl.testing import absltest, parameterized
+import pytest
 
 from common import tool_wire as tw
+
+pytestmark = pytest.mark.fast   # the everyday tier: pure functions, no processes
 
 
 def _text(t, **extra):

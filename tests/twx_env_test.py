@@ -13,7 +13,8 @@ from absl.testing import absltest
 
 import procs
 from common.env_client import EnvSpec
-from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy, WorkerPool
+from common.env_pool import WorkerPool
+from common.rollout import RolloutConfig, RolloutDriver, ScriptedPolicy
 from common import windowed as win_lib
 from common.envs import twx_env
 from common.trajectory import ByteTokenizer

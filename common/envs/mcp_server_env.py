@@ -28,7 +28,7 @@ import sys
 import tempfile
 from typing import Any
 
-from common.env_client import EnvError, LoopThread, McpProcess
+from common.mcp_process import EnvError, LoopThread, McpProcess
 from common.envs.base import StepResult
 
 _GIT_ENV = {"GIT_AUTHOR_NAME": "agent", "GIT_AUTHOR_EMAIL": "agent@example.invalid",

@@ -56,9 +56,9 @@ class ModelConfig:
     remat: activation checkpointing of each decoder layer: 'none', 'full' (save nothing), 'dots' (save
       matmul outputs), 'dots_no_batch' (save matmuls without batch dims) (no experiment config sets it).
     lora_rank: 0 = no adapters; otherwise the rank r of every adapted projection (config `model.lora_rank`,
-      PhGPO `policy.lora_rank`).
+      every method's `model.lora_rank`).
     lora_alpha: LoRA alpha; the adapter output is scaled by alpha / r (config `model.lora_alpha`, PhGPO
-      `policy.lora_alpha`).
+      `model.lora_alpha`).
     lora_targets: which projections get adapters, names from LORA_TARGETS (config `model.lora_targets`).
     attention_impl: 'xla' (jax.nn.dot_product_attention's XLA path, every backend; the default), 'cudnn'
       (its cuDNN flash kernel, NVIDIA GPUs in bf16/fp16), 'auto' (JAX picks) or 'dense' (the float32

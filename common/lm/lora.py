@@ -5,7 +5,7 @@ A [in, r] ~ U(-1/sqrt(in), 1/sqrt(in)) and B [r, out] = 0, so the adapted model 
 initialisation. Source: Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models",
 arXiv:2106.09685, sec. 4.1 (scale alpha / r; B = 0 at start). The uniform A follows the common PEFT
 default (Kaiming-uniform with a = sqrt(5), which is U(+-1/sqrt(in))).
-PhGPO's published setting: rank 64, alpha 128 (config `policy.lora_rank`, `policy.lora_alpha`; ProgAgent's
+PhGPO's published setting: rank 64, alpha 128 (config `model.lora_rank`, `model.lora_alpha`; ProgAgent's
 are `model.lora_rank`, `model.lora_alpha`, `model.lora_targets`).
 
 The adapters live in the same parameter pytree as the base weights (leaves named 'lora_a' / 'lora_b'
@@ -48,7 +48,7 @@ def add_adapters(key: jax.Array, params: Any, config: ModelConfig) -> Any:
     ValueError if config.lora_rank == 0.
   """
   if not config.lora_rank:
-    raise ValueError("add_adapters needs config.lora_rank > 0 (config `model.lora_rank` or `policy.lora_rank`).")
+    raise ValueError("add_adapters needs config.lora_rank > 0 (config `model.lora_rank`).")
   r = config.lora_rank
   dtype = jnp.dtype(config.param_dtype)
   out = jax.tree_util.tree_map(lambda x: x, params)  # shallow structural copy

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import rollout as rollout_lib
+from common import policy_io
 from common.lm import model as model_lib
 from common.lm import sampling
 from common.lm.config import ModelConfig
@@ -184,7 +184,7 @@ class LMSampler:
     row = self._episode_row.get(episode)
     return 0 if row is None else len(self._row_tokens[row])
 
-  def __call__(self, requests: Sequence[rollout_lib.PolicyRequest]) -> list[rollout_lib.PolicyOutput]:
+  def __call__(self, requests: Sequence[policy_io.PolicyRequest]) -> list[policy_io.PolicyOutput]:
     n = len(requests)
     if n > self.rows:
       raise ValueError(f"{n} requests for a sampler of {self.rows} rows")
@@ -204,7 +204,7 @@ class LMSampler:
   # ------------------------------------------------------------------------------------------------
   # Full re-prefill.
 
-  def _generate(self, contexts, max_new, key) -> list[rollout_lib.PolicyOutput]:
+  def _generate(self, contexts, max_new, key) -> list[policy_io.PolicyOutput]:
     n = len(contexts)
     ctx = [list(c) for c in contexts] + [[self.pad_id]] * (self.chunk - n)
     limit = np.zeros(self.chunk, np.int32)
@@ -216,7 +216,7 @@ class LMSampler:
                             row_max_new_tokens=jnp.asarray(limit), pad_id=self.pad_id,
                             prefill_chunk=self.prefill_chunk)
     toks, lps, lens = jax.device_get((out.tokens, out.logprobs, out.lengths))
-    return [rollout_lib.PolicyOutput(toks[i, :lens[i]].tolist(), lps[i, :lens[i]].tolist()) for i in range(n)]
+    return [policy_io.PolicyOutput(toks[i, :lens[i]].tolist(), lps[i, :lens[i]].tolist()) for i in range(n)]
 
   # ------------------------------------------------------------------------------------------------
   # KV reuse.
@@ -273,11 +273,11 @@ class LMSampler:
     self._blocks[b] = cache
     return cache
 
-  def _call_reuse(self, requests, key) -> list[rollout_lib.PolicyOutput]:
+  def _call_reuse(self, requests, key) -> list[policy_io.PolicyOutput]:
     ctxs = [np.asarray(r.token_ids, np.int32) for r in requests]
     limits = [self._limit(r) for r in requests]
     fits = [not self.cache_len or len(c) + m <= self.cache_len for c, m in zip(ctxs, limits)]
-    outs: list[rollout_lib.PolicyOutput | None] = [None] * len(requests)
+    outs: list[policy_io.PolicyOutput | None] = [None] * len(requests)
     # Too long for a cache row: full re-prefill, and the episode's row is freed.
     over = [i for i, f in enumerate(fits) if not f]
     for i in over:
@@ -325,7 +325,7 @@ class LMSampler:
       self._row_tokens[r] = np.concatenate([ctxs[i], gen.astype(np.int32)])
       self.prefill_tokens += int(count[j])
       self.reused_tokens += int(start[j])
-      outs[i] = rollout_lib.PolicyOutput(gen.tolist(), lps[j, :lens[j]].tolist())
+      outs[i] = policy_io.PolicyOutput(gen.tolist(), lps[j, :lens[j]].tolist())
 
 
 def time_multi_turn(params, model: ModelConfig, *, rows: int, turns: int, prompt_len: int, obs_len: int,
@@ -354,7 +354,7 @@ def time_multi_turn(params, model: ModelConfig, *, rows: int, turns: int, prompt
     gen = 0
     t0 = time.perf_counter()
     for turn in range(turns):
-      reqs = [rollout_lib.PolicyRequest(e, "t", 0, turn, ctx[e], max_new_tokens) for e in range(rows)]
+      reqs = [policy_io.PolicyRequest(e, "t", 0, turn, ctx[e], max_new_tokens) for e in range(rows)]
       outs = sampler(reqs)
       for e, o in enumerate(outs):
         gen += len(o.token_ids)

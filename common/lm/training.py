@@ -1,7 +1,7 @@
 """Pieces every language-model trainer shares: the mesh from config, strided micro-batches and gradient
 accumulation, float32 master weights for low-precision parameters, and placing a train state on a mesh.
 
-Used by ProgAgent (progagent/updates.py), PlanPO (planpo/train.py) and PhGPO's LM policy (phgpo/steps.py).
+Used by the trainer kit (common/lm/updates.py, common/lm/stages.py) and PhGPO's LM policy (phgpo/steps.py).
 The jitted update steps name no PartitionSpec: the parameters, the optimizer state and the batch are placed
 here (`place_state`, `place_batch`) and XLA propagates the shardings through the maths (common.lm.sharding).
 
@@ -24,11 +24,11 @@ micro-batch under jax.checkpoint and the full output is reassembled in row order
 gradient) is exactly that of one pass while the activations of one micro-batch only are alive at a time.
 
 Mixed precision (`init_opt_state(..., master_weights=True)` + `apply_gradients`): parameters stored in
-bfloat16 (config `model.param_dtype` / PhGPO and PlanPO `policy.param_dtype`) and a float32 master copy of
+bfloat16 (config `model.param_dtype`, configs/schema.py) and a float32 master copy of
 every trainable leaf kept in the optimizer state (`MasterState.master`), together with a float32 inner
 optimizer state; each step casts the gradient to float32, updates the master weights and writes params =
 master.astype(param dtype). Frozen leaves (LoRA's base weights) get no master copy. Config key
-`optim.master_weights` (ProgAgent, PlanPO) / `policy.master_weights` (PhGPO). Without it, the optimizer
+`optim.master_weights`. Without it, the optimizer
 state has the parameters' dtype and the update is added in that dtype (lossy in bfloat16).
 Source: Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740, sec. 3.1 (FP32 master copy
 of weights).
@@ -45,6 +45,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from common import config_util
 from common.lm import sharding as sharding_lib
 
 DEFAULT_MESH_SHAPE = (1, 1, 1)
@@ -62,8 +63,7 @@ def mesh_from_config(cfg: Any = None, *, devices: Sequence[Any] | None = None) -
     ValueError: a shape that is not 3 sizes, has more than one -1, or asks for more devices than there are
       (the message names config `mesh.shape`).
   """
-  getter = (lambda k, d: cfg.get(k, d)) if hasattr(cfg, "get") else (lambda k, d: getattr(cfg, k, d))
-  shape = tuple(int(s) for s in (getter("shape", DEFAULT_MESH_SHAPE) if cfg is not None else DEFAULT_MESH_SHAPE))
+  shape = tuple(int(s) for s in config_util.get(cfg, "shape", DEFAULT_MESH_SHAPE))
   devices = list(jax.devices() if devices is None else devices)
   if len(shape) != 3:
     raise ValueError(f"config `mesh.shape`={shape} needs 3 sizes, for the axes {sharding_lib.MESH_AXES}.")
@@ -73,18 +73,8 @@ def mesh_from_config(cfg: Any = None, *, devices: Sequence[Any] | None = None) -
       raise ValueError(f"config `mesh.shape`={shape} needs {need} devices but there are {len(devices)}; "
                        "make the product at most the device count, or use -1 for one axis.")
     devices = devices[:need]
-  node = {"shape": shape, "rules": getter("rules", None) if cfg is not None else None}
+  node = {"shape": shape, "rules": config_util.get(cfg, "rules", None)}
   return sharding_lib.from_config(node, devices=devices)
-
-
-def model_overrides(model: Any) -> dict:
-  """ModelConfig fields a trainer's model node sets on a loaded checkpoint (loading.load_pretrained overrides):
-  dtype, param_dtype, remat, attention_impl, attention_chunk, logits_chunk, with the ModelConfig defaults for
-  absent keys (ProgAgent `model.*`, PlanPO `policy.*`)."""
-  get = model.get if hasattr(model, "get") else (lambda k, d=None: getattr(model, k, d))
-  return dict(dtype=get("dtype", "float32"), param_dtype=get("param_dtype", "float32"), remat=get("remat", "none"),
-              attention_impl=get("attention_impl", "xla"), attention_chunk=int(get("attention_chunk", 1024)),
-              logits_chunk=int(get("logits_chunk", 1024)))
 
 
 def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
@@ -92,14 +82,14 @@ def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
   attention_chunk, logits_chunk, remat, dtype and param_dtype (where present) and `mesh.shape`.
 
   Args:
-    model: the config node holding the model keys (ProgAgent `model`, PlanPO / PhGPO `policy`).
+    model: the `model` config node (configs/schema.py).
     mesh: the `mesh` config node, or None.
     model_key: that node's name, used in the messages.
   Raises:
     ValueError naming the key, the allowed values and the fix.
   """
   from common.lm import config as config_lib  # pylint: disable=g-import-not-at-top
-  get = (lambda k: model.get(k, None)) if hasattr(model, "get") else (lambda k: getattr(model, k, None))
+  get = lambda k: config_util.get(model, k, None)
   allowed = {"attention_impl": config_lib.ATTENTION_IMPLS, "remat": config_lib.REMAT_POLICIES,
              "dtype": ("float32", "bfloat16"), "param_dtype": ("float32", "bfloat16", "", None)}
   for key, values in allowed.items():
@@ -251,7 +241,7 @@ def init_opt_state(tx: optax.GradientTransformation, params: Any, *, master_weig
   Args:
     tx: the optimizer (may itself keep frozen leaves still, e.g. common.lm.lora.adapter_optimizer).
     params: parameter pytree (any float dtypes).
-    master_weights: keep float32 master weights (config `optim.master_weights` / `policy.master_weights`).
+    master_weights: keep float32 master weights (config `optim.master_weights`).
     trainable: bool pytree like params (None = every leaf trains); frozen leaves get no master copy.
   Returns:
     The optimizer state for `apply_gradients`.

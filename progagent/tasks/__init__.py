@@ -4,21 +4,24 @@
   tasks.task_ids()                 # ['retail/pending_over_500', ...]
   tasks.get_task('retail/pending_over_500')   # a base.Task
   tasks.DOMAINS['retail']          # a base.Domain
+  tasks.select_tasks('retail,hr/raise_top_rated')   # task ids from a --tasks / config spec
 
-Each domain lives in its own module (schema, generator, tools, tasks); base.py holds the framework and
-oracle.py the DTC oracle. Episodes are run by progagent.task_env.ProgTaskEnv.
+Each domain lives in its own module (schema, generator, tools, tasks). The framework: base.py (tools, paging,
+Ctx, answers, Domain, Task), workspace.py (confined file access, `read_records`), generators.py (seeded
+content) and oracle.py (the DTC oracle). Episodes are run by progagent.task_env.ProgTaskEnv.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Sequence
 
 from progagent.tasks import base
 
 # Every module of this package except the framework is a domain (DOMAIN, TASKS); adding a domain is adding
 # a module. Sorted by name so that task_ids() has one order everywhere.
-_FRAMEWORK = frozenset({"base", "oracle"})
+_FRAMEWORK = frozenset({"base", "generators", "oracle", "workspace"})
 _MODULES = tuple(importlib.import_module(f"{__name__}.{m.name}")
                  for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
                  if m.name not in _FRAMEWORK and not m.name.startswith("_"))
@@ -45,3 +48,25 @@ def get_task(task_id: str) -> base.Task:
     raise KeyError(f"unknown task id {task_id!r}; ids look like 'retail/pending_over_500'. "
                    f"Known: {hint[:8]}")
   return task
+
+
+def select_tasks(spec: str | Sequence[str]) -> list[str]:
+  """Task ids from task ids and domain names, in the order given, each id once; empty = every task.
+
+  Args:
+    spec: a comma list ('retail,hr/raise_top_rated'; parts are stripped and empty parts skipped), or a
+      sequence of parts taken as they are (a config's tuple). A part is a domain name (all its tasks) or a
+      task id.
+  Returns:
+    list[str] of task ids; task_ids() when spec is empty.
+  Raises:
+    KeyError: a part is neither a domain nor a task id (the message lists the known ids).
+  """
+  if not spec:
+    return task_ids()
+  parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+  out: list[str] = []
+  for part in parts:
+    ids = task_ids(part) if part in DOMAINS else [get_task(part).task_id]
+    out += [t for t in ids if t not in out]
+  return out

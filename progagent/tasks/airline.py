@@ -8,9 +8,11 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
-AIRPORTS = ("LIS", "OPO", "MAD", "LYS", "BER", "OSL", "KRK", "DUB")   # B.CITIES' airports; LIS is the hub
+AIRPORTS = ("LIS", "OPO", "MAD", "LYS", "BER", "OSL", "KRK", "DUB")   # G.CITIES' airports; LIS is the hub
 AIRCRAFT = (("Caravan", 9), ("King Air", 11), ("Twin Otter", 19))
 FLIGHT_STATUSES = ("scheduled", "departed", "cancelled")
 BOOKING_STATUSES = ("confirmed", "checked_in", "cancelled")
@@ -82,8 +84,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for fl in rng.sample([x for x in flights if x["date"] < B.TODAY], f):
     fl["status"] = "cancelled"
 
-  names = B.unique_names(rng, 200 * f)
-  B.insert_rows(ctx, "passengers", [{"id": i + 1, "name": nm, "email": B.email_of(nm, i + 1, "mail.example"),
+  names = G.unique_names(rng, 200 * f)
+  G.insert_rows(ctx, "passengers", [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1, "mail.example"),
                                      "tier": rng.choices(TIERS, (6, 3, 1))[0], "miles": rng.randint(0, 90_000)}
                                     for i, nm in enumerate(names)])
   week = [fl for fl in flights if WEEK[0] <= fl["date"] < WEEK[1] and fl["status"] == "scheduled"]
@@ -112,9 +114,9 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   book(rng.choice(lis_osl), "cancelled", "business")
   for fl in rng.sample(lis_osl, min(2, len(lis_osl))):
     book(fl, "confirmed", "business")
-  B.insert_rows(ctx, "flights", flights)
-  B.insert_rows(ctx, "bookings", bookings)
-  B.write_docs(ctx, rng, "airline", ["fare_rules", "baggage", "punctuality", "crew", "loyalty"])
+  G.insert_rows(ctx, "flights", flights)
+  G.insert_rows(ctx, "bookings", bookings)
+  G.write_docs(ctx, rng, "airline", ["fare_rules", "baggage", "punctuality", "crew", "loyalty"])
   # Delay logs of past departures in three formats (minutes in CSV, seconds in JSON, free text).
   past = [fl for fl in flights if fl["status"] == "departed"]
   rng.shuffle(past)
@@ -233,15 +235,7 @@ TOOLS = (
 
 DOMAIN = B.Domain("airline", "A regional airline's flights, passengers and bookings.", SCHEMA, generate, TOOLS)
 
-PAGES = """\
-def fetch_all(name, **filters):
-    rows, offset = [], 0
-    while offset is not None:
-        page = tools[name](limit=200, offset=offset, **filters)
-        rows += page["items"]
-        offset = page["next_offset"]
-    return rows
-"""
+PAGES = B.paging_prelude("fetch_all")
 
 STRANDED = """\
 pax = set()
@@ -382,10 +376,9 @@ def _delays(ctx):
   for rel in ctx.files("operations/delay_logs"):
     text = ctx.read(rel)
     if rel.endswith(".csv"):
-      rows = [line.split(",") for line in text.strip().splitlines()[1:]]
-      total += sum(int(m) for c, _, m in rows if c in lis)
+      total += sum(int(r["delay_min"]) for r in read_records(rel, text) if r["flight"] in lis)
     elif rel.endswith(".json"):
-      total += sum(e["delay_s"] // 60 for e in json.loads(text)["entries"] if e["flight"] in lis)
+      total += sum(e["delay_s"] // 60 for e in read_records(rel, text, key="entries") if e["flight"] in lis)
     else:
       total += sum(int(h) * 60 + int(m) for c, h, m in re.findall(r"(PA\d+) on \S+: left (\d+) h (\d+) min", text)
                    if c in lis)

@@ -15,24 +15,26 @@ SHA-512 in CPython, so they are stable across processes and PYTHONHASHSEED).
 
 Tool results are JSON values (dict, list, number, bool): never a bare string, so that a client can always
 decode them unambiguously. A tool signals a failure the agent caused by raising `ToolError(message)`.
+
+Here: scale levels, tool definitions and paged list tools (with the oracles' paging prelude), the episode
+state `Ctx`, the file tools, answer matching, `Domain` and `Task`. Beside it: workspace.py (file access
+confined to the workspace, `read_records` for the data files), generators.py (seeded names, dates, text and
+rows for the domains' generators), oracle.py (the DTC oracle); the registry and `select_tasks` are in
+progagent/tasks/__init__.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import errno
-import itertools
 import json
 import math
-import os
 import pathlib
 import random
 import sqlite3
-import stat
 from typing import Any, Callable, Mapping, Sequence
 
 from common import tool_wire
+from progagent.tasks import workspace
 
 LEVELS = (0, 1, 2, 3)
 FIXED_DOCS = 8          # documents every workspace holds at every level
@@ -114,6 +116,7 @@ def tool(name: str, description: str, fn: Callable[..., Any], *, required: Seque
 
 
 def p_str(description: str, enum: Sequence[str] | None = None) -> dict:
+  """A string parameter's JSON-schema property, restricted to `enum` when given."""
   d = {"type": "string", "description": description}
   if enum:
     d["enum"] = list(enum)
@@ -121,10 +124,12 @@ def p_str(description: str, enum: Sequence[str] | None = None) -> dict:
 
 
 def p_int(description: str) -> dict:
+  """An integer parameter's JSON-schema property."""
   return {"type": "integer", "description": description}
 
 
 def p_num(description: str) -> dict:
+  """A number parameter's JSON-schema property."""
   return {"type": "number", "description": description}
 
 
@@ -217,6 +222,37 @@ def all_items(tool_fn: Callable[..., dict], **kwargs: Any) -> list:
   return out
 
 
+def paging_prelude(fn: str = "fetch_all", *, tool: str = "name", kwargs: str = "filters", rows: str = "rows",
+                   offset: str = "offset", page: str = "page", limit: int | None = MAX_LIMIT,
+                   limit_first: bool = True) -> str:
+  """The oracle programs' paging helper, as program text: `fn(tool, **kwargs)` returns every item of a list tool.
+
+  The same loop as all_items, written for programs (it calls `tools[...]`). Oracle programs that page start
+  with it (ptc[0], or prepended to the first program). The default is the form a new domain should use; the
+  names and the `limit` argument can be chosen so that each domain's existing oracle programs (and the SFT
+  data made from them) stay byte-identical.
+
+  Args:
+    fn: the helper's name.
+    tool, kwargs, rows, offset, page: the names of its parameter, its **filters, the accumulated items, the
+      running offset and the current page.
+    limit: the page size the helper asks for; None leaves `limit` out (the tool's DEFAULT_LIMIT).
+    limit_first: `limit=` before `offset=` in the call (else after).
+  Returns:
+    str, a Python function definition ending with a newline.
+  """
+  args = [f"offset={offset}"]
+  if limit is not None:
+    args.insert(0 if limit_first else 1, f"limit={limit}")
+  return (f"def {fn}({tool}, **{kwargs}):\n"
+          f"    {rows}, {offset} = [], 0\n"
+          f"    while {offset} is not None:\n"
+          f"        {page} = tools[{tool}]({', '.join(args)}, **{kwargs})\n"
+          f"        {rows} += {page}[\"items\"]\n"
+          f"        {offset} = {page}[\"next_offset\"]\n"
+          f"    return {rows}\n")
+
+
 def flaky(tdef: ToolDef, *, fail_first: int = 1, message: str = "service temporarily unavailable (503); retry "
           "the same call") -> ToolDef:
   """The tool, failing transiently: the first `fail_first` calls with each distinct argument set raise
@@ -259,10 +295,12 @@ class Ctx:
     return [dict(r) for r in self.conn.execute(sql, args)]
 
   def q1(self, sql: str, *args: Any) -> dict | None:
+    """The first row of a query as a dict, or None."""
     r = self.conn.execute(sql, args).fetchone()
     return dict(r) if r is not None else None
 
   def scalar(self, sql: str, *args: Any) -> Any:
+    """The first column of the first row of a query, or None."""
     r = self.conn.execute(sql, args).fetchone()
     return r[0] if r is not None else None
 
@@ -276,179 +314,32 @@ class Ctx:
     """The host path of an agent-given workspace path (for messages; never opened by name).
 
     Raises ToolError when the path leaves the workspace (lexically: '..' past the root)."""
-    return self.workspace.joinpath(*_components(rel))
+    return self.workspace.joinpath(*workspace.components(rel))
 
-  # Every access below opens the workspace root once and walks the path's components from its
-  # descriptor with O_NOFOLLOW (directories also O_DIRECTORY), so a program that swaps a component
-  # for a symbolic link, at any moment, gets a ToolError and never a host file: no link is followed,
-  # not even one that points back inside the workspace. Non-regular files (FIFOs, sockets) are
-  # refused without blocking (O_NONBLOCK). Files and folders the tools create get the workspace
-  # root's owner (the sandbox user, SandboxConfig.uid, once a sandbox has run in it), so programs
-  # can edit them.
+  # File access goes through progagent.tasks.workspace (confined to the root, no link followed).
 
   def write(self, rel: str, text: str) -> None:
     """Creates or replaces a workspace file (parents made); ToolError as for write_file."""
-    _write_beneath(self.workspace, rel, text)
+    workspace.write_beneath(self.workspace, rel, text)
 
   def read(self, rel: str) -> str | None:
     """A workspace file's text, or None when it is missing, not a regular file, or a link."""
     try:
-      return _read_beneath(self.workspace, rel)
+      return workspace.read_beneath(self.workspace, rel)
     except ToolError:
       return None
 
   def files(self, directory: str = "") -> list[str]:
     """Regular files under `directory` (relative paths, sorted; links not followed); [] if none."""
     try:
-      return _list_beneath(self.workspace, directory)
+      return workspace.list_beneath(self.workspace, directory)
     except ToolError:
       return []
 
 
-MAX_READ_BYTES = 16 * 1024 ** 2  # read_file refuses larger files (a program can write up to the disk quota)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _components(rel: str) -> list[str]:
-  """The path's components below the workspace root ('' and '.' dropped, '..' resolved lexically).
-
-  Raises ToolError for a non-string, a NUL byte, or a path that leaves the workspace."""
-  if not isinstance(rel, str):
-    raise ToolError("path must be a string relative to the workspace, e.g. 'docs/README.md'")
-  if "\0" in rel:
-    raise ToolError(f"path {rel!r} contains a NUL character")
-  out: list[str] = []
-  for part in rel.split("/"):
-    if part in ("", "."):
-      continue
-    if part == "..":
-      if not out:
-        raise ToolError(f"path {rel!r} is outside the workspace; use a path relative to the workspace root")
-      out.pop()
-    else:
-      out.append(part)
-  return out
-
-
-def _link_error(rel: str, e: OSError) -> ToolError:
-  if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
-    return ToolError(f"path {rel!r} is or goes through a symbolic link (or a non-directory); the file tools "
-                     "do not follow links")
-  if e.errno == errno.ENOENT:
-    return ToolError(f"no file {rel!r} in the workspace; use list_files to see the files")
-  if e.errno == errno.EISDIR:
-    return ToolError(f"{rel!r} is a directory")
-  if e.errno == errno.EEXIST:
-    return ToolError(f"{rel!r} exists")
-  return ToolError(f"cannot open {rel!r}: {e.strerror}")
-
-
-def _walk(root: pathlib.Path, parts: list[str], rel: str, *, create: bool = False) -> int:
-  """A descriptor of the directory root/parts[0]/.../parts[-1], no link followed (caller closes).
-
-  create: make missing directories (owned like the root)."""
-  fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-  try:
-    owner = os.fstat(fd)
-    for part in parts:
-      try:
-        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-      except FileNotFoundError:
-        if not create:
-          raise
-        try:
-          os.mkdir(part, 0o755, dir_fd=fd)
-        except FileExistsError:
-          pass
-        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-        _give(nxt, owner)
-      os.close(fd)
-      fd = nxt
-    return fd
-  except OSError as e:
-    os.close(fd)
-    raise _link_error(rel, e) from None
-
-
-def _give(fd: int, owner: os.stat_result) -> None:
-  """Gives a file the workspace root's owner (when this process may and it differs)."""
-  st = os.fstat(fd)
-  if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid) and os.geteuid() == 0:
-    os.fchown(fd, owner.st_uid, owner.st_gid)
-
-
-def _open_file(root: pathlib.Path, rel: str, flags: int, *, create: bool = False) -> int:
-  """A descriptor of the regular file at `rel` beneath root; ToolError otherwise (caller closes)."""
-  parts = _components(rel)
-  if not parts:
-    raise ToolError(f"{rel!r} is the workspace directory, not a file")
-  d = _walk(root, parts[:-1], rel, create=create)
-  try:
-    fd = os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644, dir_fd=d)
-  except OSError as e:
-    if e.errno == errno.ENXIO:  # a FIFO opened for writing with no reader
-      raise ToolError(f"{rel!r} is not a regular file") from None
-    raise _link_error(rel, e) from None
-  finally:
-    os.close(d)
-  st = os.fstat(fd)
-  if not stat.S_ISREG(st.st_mode):
-    os.close(fd)
-    raise ToolError(f"{rel!r} is not a regular file" if not stat.S_ISDIR(st.st_mode) else f"{rel!r} is a directory")
-  os.set_blocking(fd, True)
-  return fd
-
-
-def _read_beneath(root: pathlib.Path, rel: str) -> str:
-  fd = _open_file(root, rel, os.O_RDONLY)
-  with os.fdopen(fd, "rb") as f:
-    data = f.read(MAX_READ_BYTES + 1)
-  if len(data) > MAX_READ_BYTES:
-    raise ToolError(f"{rel!r} is larger than {MAX_READ_BYTES} bytes (progagent.tasks.base.MAX_READ_BYTES); "
-                    "read it from a program in pieces")
-  return data.decode("utf-8", "replace")
-
-
-def _write_beneath(root: pathlib.Path, rel: str, text: str) -> int:
-  data = text.encode()
-  try:  # a new file gets the workspace's owner; an existing one keeps its own
-    fd, created = _open_file(root, rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, create=True), True
-  except ToolError as e:
-    if "exists" not in str(e):
-      raise
-    fd, created = _open_file(root, rel, os.O_WRONLY), False
-  with os.fdopen(fd, "wb") as f:
-    if created:
-      rfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-      try:
-        _give(fd, os.fstat(rfd))
-      finally:
-        os.close(rfd)
-    os.ftruncate(fd, 0)
-    f.write(data)
-  return len(data)
-
-
-def _list_beneath(root: pathlib.Path, directory: str) -> list[str]:
-  parts = _components(directory)
-  d = _walk(root, parts, directory)
-  out = []
-  try:
-    for top, _, names, dfd in os.fwalk(".", dir_fd=d):  # fwalk opens each folder with O_NOFOLLOW
-      for n in names:
-        try:
-          if stat.S_ISREG(os.stat(n, dir_fd=dfd, follow_symlinks=False).st_mode):
-            out.append("/".join(parts + [p for p in os.path.normpath(os.path.join(top, n)).split("/")]))
-        except OSError:
-          continue
-  finally:
-    os.close(d)
-  return sorted(out)
-
-
 def _list_files(ctx: Ctx, directory: str = "") -> list[str]:
   try:
-    return _list_beneath(ctx.workspace, directory or "")
+    return workspace.list_beneath(ctx.workspace, directory or "")
   except ToolError as e:
     if "link" in str(e):
       raise
@@ -457,11 +348,11 @@ def _list_files(ctx: Ctx, directory: str = "") -> list[str]:
 
 
 def _read_file(ctx: Ctx, path: str) -> dict:
-  return {"path": path, "content": _read_beneath(ctx.workspace, path)}
+  return {"path": path, "content": workspace.read_beneath(ctx.workspace, path)}
 
 
 def _write_file(ctx: Ctx, path: str, content: str) -> dict:
-  return {"path": path, "bytes": _write_beneath(ctx.workspace, path, content)}
+  return {"path": path, "bytes": workspace.write_beneath(ctx.workspace, path, content)}
 
 
 LIST_FILES = tool("list_files", "List the workspace files (paths relative to the workspace root), optionally "
@@ -628,67 +519,3 @@ def perturb(kind: str, answer: Any) -> Any:
     a = list(answer)
     return a[:-1] if a else ["none"]
   return str(answer) + " (unverified)"
-
-
-# ------------------------------------------------------------------------------------------------ generators
-
-FIRST = ("Ada Alan Alma Amir Anna Aris Ava Ben Bruno Carla Chen Clara Dara Dev Diego Elena Emil Eva Farah Felix "
-         "Gia Hana Hugo Ines Ivan Jae Jana Joel Kai Kira Lars Lea Leo Lina Luca Maya Mei Milo Nadia Noah Nora "
-         "Olga Omar Otto Pia Priya Quinn Rafa Rosa Sami Sara Sven Tara Theo Uma Vera Wen Yara Yusuf Zoe").split()
-LAST = ("Abbott Alvarez Baker Banerjee Berg Brandt Castro Chowdhury Costa Dalton Diaz Dubois Eriksen Fischer "
-        "Fontaine Garcia Haddad Hansen Ibarra Ito Jensen Kaur Keller Kowalski Larsen Lopez Marsh Meyer Moreau "
-        "Nakamura Novak Okafor Olsen Park Patel Quist Rossi Ruiz Sato Schmidt Silva Sousa Tanaka Torres Ueda "
-        "Varga Vogel Wagner Walsh Weber Xu Yamada Young Zhang Ziegler").split()
-CITIES = ("Lisbon", "Porto", "Madrid", "Lyon", "Berlin", "Oslo", "Krakow", "Dublin")
-WORDS = ("quarterly review process update customer policy system record report schedule budget account "
-         "team project meeting note summary item request status change data backlog migration vendor "
-         "contract invoice audit feedback training release plan risk issue metric target milestone").split()
-
-
-def unique_names(rng: random.Random, k: int, *, exclude: Sequence[str] = ()) -> list[str]:
-  """k distinct 'First Last' names (a middle initial is added once the 3,600 pairs run out)."""
-  pairs = [f"{a} {b}" for a, b in itertools.product(FIRST, LAST) if f"{a} {b}" not in set(exclude)]
-  rng.shuffle(pairs)
-  out = pairs[:k]
-  i = 0
-  while len(out) < k:
-    a, b = pairs[i % len(pairs)].split()
-    out.append(f"{a} {chr(65 + (i // len(pairs)) % 26)}. {b}")
-    i += 1
-  return out
-
-
-def email_of(name: str, i: int, domain: str = "example.org") -> str:
-  parts = name.lower().replace(".", "").split()
-  return f"{parts[0][0]}.{parts[-1]}{i}@{domain}"
-
-
-def rand_date(rng: random.Random, start: str = "2024-01-01", end: str = "2024-06-30") -> str:
-  """A uniform date in [start, end], ISO format."""
-  a = datetime.date.fromisoformat(start)
-  b = datetime.date.fromisoformat(end)
-  return (a + datetime.timedelta(days=rng.randint(0, (b - a).days))).isoformat()
-
-
-def sentence(rng: random.Random, n: int = 12) -> str:
-  w = [rng.choice(WORDS) for _ in range(n)]
-  return " ".join(w).capitalize() + "."
-
-
-def write_docs(ctx: Ctx, rng: random.Random, domain: str, topics: Sequence[str]) -> None:
-  """The FIXED_DOCS background documents of a workspace (README + policies/notes), ~1-2 KB each."""
-  names = ["README.md"] + [f"docs/{t}.md" for t in topics]
-  names += [f"docs/notes_{i}.md" for i in range(FIXED_DOCS - len(names))]
-  for nm in names[:FIXED_DOCS]:
-    title = nm.rsplit("/", 1)[-1].removesuffix(".md").replace("_", " ")
-    body = "\n\n".join(" ".join(sentence(rng) for _ in range(4)) for _ in range(rng.randint(3, 6)))
-    ctx.write(nm, f"# {domain}: {title}\n\n{body}\n")
-
-
-def insert_rows(ctx: Ctx, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-  """Bulk insert of dict rows (all with the same keys)."""
-  if not rows:
-    return
-  cols = list(rows[0])
-  ctx.conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                       [tuple(r[c] for c in cols) for r in rows])

@@ -9,6 +9,7 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 SPECIALTIES = ("cardiology",) * 3 + ("dermatology",) * 2 + ("pediatrics",) * 2 + ("neurology",) * 2 + ("general",)
@@ -35,7 +36,7 @@ def _day(iso: str, delta: int) -> str:
 
 
 def _intake_text(rng: random.Random, fmt: str, pid: int, name: str, allergies: list[str]) -> str:
-  note = B.sentence(rng, 9)
+  note = G.sentence(rng, 9)
   if fmt == "json":
     return json.dumps({"patient_id": pid, "name": name, "allergies": allergies, "notes": note}, indent=1)
   if fmt == "csv":
@@ -45,12 +46,12 @@ def _intake_text(rng: random.Random, fmt: str, pid: int, name: str, allergies: l
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
-  docs = [f"Dr. {n}" for n in B.unique_names(rng, len(SPECIALTIES))]
-  B.insert_rows(ctx, "doctors", [{"id": i + 1, "name": n, "specialty": s}
+  docs = [f"Dr. {n}" for n in G.unique_names(rng, len(SPECIALTIES))]
+  G.insert_rows(ctx, "doctors", [{"id": i + 1, "name": n, "specialty": s}
                                  for i, (n, s) in enumerate(zip(docs, SPECIALTIES))])
   n_pat = 240 * f
-  names = B.unique_names(rng, n_pat)
-  B.insert_rows(ctx, "patients", [{"id": i + 1, "name": n, "birth_date": B.rand_date(rng, "1940-01-01", "2020-12-31"),
+  names = G.unique_names(rng, n_pat)
+  G.insert_rows(ctx, "patients", [{"id": i + 1, "name": n, "birth_date": G.rand_date(rng, "1940-01-01", "2020-12-31"),
                                    "phone": f"+351 91 {rng.randint(100, 999)} {rng.randint(1000, 9999)}"}
                                   for i, n in enumerate(names)])
   appts = []
@@ -63,22 +64,22 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                   "status": status, "cancel_reason": None})
 
   for _ in range(1000 * f):
-    add(B.rand_date(rng, "2024-01-02", "2024-07-31"), rng.randint(1, len(docs)))
-  busy = B.rand_date(rng, "2024-06-01", "2024-06-30")       # the busiest June day, by a margin
+    add(G.rand_date(rng, "2024-01-02", "2024-07-31"), rng.randint(1, len(docs)))
+  busy = G.rand_date(rng, "2024-06-01", "2024-06-30")       # the busiest June day, by a margin
   for _ in range(rng.randint(6, 14) * f):
     add(busy, rng.randint(1, len(docs)), "completed")
   on_leave = rng.randint(1, len(docs))
-  start = B.rand_date(rng, "2024-07-03", "2024-07-16")
+  start = G.rand_date(rng, "2024-07-03", "2024-07-16")
   end = _day(start, rng.randint(4, 11))
   inside = [_day(start, rng.randint(1, 3)) for _ in range(rng.randint(1, 3))]
   for d in [_day(start, -1), start, end, _day(end, 1)] + inside:
     add(d, on_leave, "scheduled")
   for p in rng.sample(range(1, n_pat + 1), rng.randint(1, 3)):   # patients with two Q2 no-shows
     for _ in range(2):
-      add(B.rand_date(rng, "2024-04-01", "2024-06-30"), rng.randint(1, len(docs)), "no-show", p)
-  B.insert_rows(ctx, "appointments", appts)
+      add(G.rand_date(rng, "2024-04-01", "2024-06-30"), rng.randint(1, len(docs)), "no-show", p)
+  G.insert_rows(ctx, "appointments", appts)
   rx = [{"id": i + 1, "patient_id": rng.randint(1, n_pat), "drug": rng.choice(DRUGS),
-         "dose": f"{rng.choice((5, 10, 20, 250, 500))} mg", "start_date": B.rand_date(rng),
+         "dose": f"{rng.choice((5, 10, 20, 250, 500))} mg", "start_date": G.rand_date(rng),
          "active": int(rng.random() < 0.7)} for i in range(225 * f)]
   k = B.n_data_files(f)
   n_intake = k - f
@@ -86,10 +87,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   conflicts = pids[:rng.randint(1, max(1, n_intake // 2))]
   for pid in conflicts + pids[-1:]:   # the last: amoxicillin active, allergic to something else
     rx.append({"id": len(rx) + 1, "patient_id": pid, "drug": "amoxicillin", "dose": f"{rng.choice((250, 500))} mg",
-               "start_date": B.rand_date(rng, "2024-05-01", "2024-06-30"), "active": 1})
-  B.insert_rows(ctx, "prescriptions", rx)
+               "start_date": G.rand_date(rng, "2024-05-01", "2024-06-30"), "active": 1})
+  G.insert_rows(ctx, "prescriptions", rx)
   active_amox = {r["patient_id"] for r in rx if r["drug"] == "amoxicillin" and r["active"]}
-  B.write_docs(ctx, rng, "clinic", ["scheduling", "no_show_policy", "prescribing", "privacy", "triage"])
+  G.write_docs(ctx, rng, "clinic", ["scheduling", "no_show_policy", "prescribing", "privacy", "triage"])
   ctx.write("leave/leave_notice.txt", f"Staff notice\n\n{docs[on_leave - 1]} will be on leave from {start} to "
             f"{end} (both days included).\n")
   fmts = (["txt", "json", "csv"] * n_intake)[:n_intake]
@@ -175,15 +176,7 @@ TOOLS = (
 
 DOMAIN = B.Domain("clinic", "A clinic's doctors, patients, appointments and prescriptions.", SCHEMA, generate, TOOLS)
 
-PAGES = """\
-def fetch(tool, **kw):
-    out, off = [], 0
-    while off is not None:
-        p = tools[tool](limit=200, offset=off, **kw)
-        out += p["items"]
-        off = p["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("fetch", tool="tool", kwargs="kw", rows="out", offset="off", page="p")
 
 LEAVE_PROG = PAGES + r"""
 import re

@@ -8,7 +8,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 INDUSTRIES = ("software", "healthcare", "retail", "logistics", "energy", "finance", "education", "media")
 STAGES = ("prospect", "qualified", "proposal", "negotiation", "won", "lost")
@@ -41,7 +43,7 @@ def _slug(name: str) -> str:
 
 def _leads_file(rng, fmt, leads):
   if fmt == "json":
-    return json.dumps({"fair": f"{rng.choice(B.CITIES)} Expo 2024", "leads": [
+    return json.dumps({"fair": f"{rng.choice(G.CITIES)} Expo 2024", "leads": [
         {"full_name": n, "e-mail": e, "org": c} for n, e, c in leads]}, indent=1)
   if fmt == "csv":
     return "name,email,company\n" + "".join(f"{n},{e},{c}\n" for n, e, c in leads)
@@ -61,37 +63,37 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     if all(any(j not in inactive and regions[j] == regions[i] for j in range(N_REPS)) for i in inactive):
       break
   reps = [{"id": i + 1, "name": nm, "region": regions[i], "active": int(i not in inactive)}
-          for i, nm in enumerate(B.unique_names(rng, N_REPS))]
-  B.insert_rows(ctx, "reps", reps)
+          for i, nm in enumerate(G.unique_names(rng, N_REPS))]
+  G.insert_rows(ctx, "reps", reps)
   names = [f"{a} {b}{c}" for a in CO_A for b in CO_B for c in CO_C]
-  companies = [{"id": i + 1, "name": nm, "industry": rng.choice(INDUSTRIES), "city": rng.choice(B.CITIES)}
+  companies = [{"id": i + 1, "name": nm, "industry": rng.choice(INDUSTRIES), "city": rng.choice(G.CITIES)}
                for i, nm in enumerate(rng.sample(names, 60 * f))]
   for c, ind in zip(rng.sample(companies, 4), ("software", "software", "healthcare", "healthcare")):
     c["industry"] = ind
-  B.insert_rows(ctx, "companies", companies)
-  people = B.unique_names(rng, 160 * f + 4 * B.n_data_files(f))
+  G.insert_rows(ctx, "companies", companies)
+  people = G.unique_names(rng, 160 * f + 4 * B.n_data_files(f))
   contacts = []
   for i in range(160 * f):
     c = rng.choice(companies)
     contacts.append({"id": i + 1, "company_id": c["id"], "name": people[i],
-                     "email": B.email_of(people[i], i + 1, _slug(c["name"]) + ".com"), "title": rng.choice(TITLES)})
-  B.insert_rows(ctx, "contacts", contacts)
+                     "email": G.email_of(people[i], i + 1, _slug(c["name"]) + ".com"), "title": rng.choice(TITLES)})
+  G.insert_rows(ctx, "contacts", contacts)
   deals = []
   for i in range(300 * f):
     stage = rng.choices(STAGES, (20, 15, 12, 10, 25, 18))[0]
-    created = B.rand_date(rng, "2023-10-01", "2024-06-15")
-    updated = B.rand_date(rng, created, "2024-06-30")
-    close = updated if stage in ("won", "lost") else B.rand_date(rng, "2024-07-01", "2024-12-31")
+    created = G.rand_date(rng, "2023-10-01", "2024-06-15")
+    updated = G.rand_date(rng, created, "2024-06-30")
+    close = updated if stage in ("won", "lost") else G.rand_date(rng, "2024-07-01", "2024-12-31")
     deals.append({"id": 7001 + i, "company_id": rng.randint(1, len(companies)), "owner_id": rng.randint(1, N_REPS),
                   "stage": stage, "amount": round(rng.uniform(1000, 90000), 2), "created": created,
                   "updated": updated, "close_date": close})
   health = [c["id"] for c in companies if c["industry"] == "healthcare"]
   d = rng.choice(deals)   # at least one won Q2 healthcare deal
-  d.update(company_id=rng.choice(health), stage="won", updated=B.rand_date(rng, "2024-04-01", "2024-06-30"))
+  d.update(company_id=rng.choice(health), stage="won", updated=G.rand_date(rng, "2024-04-01", "2024-06-30"))
   d["close_date"] = d["updated"]
   for d, lo, hi in zip(rng.sample(deals, 2), ("2023-12-01", "2024-02-01"), ("2024-01-31", "2024-02-28")):
-    d.update(stage="prospect", created="2023-11-15", updated=B.rand_date(rng, lo, hi),
-             close_date=B.rand_date(rng, "2024-07-01", "2024-12-31"))
+    d.update(stage="prospect", created="2023-11-15", updated=G.rand_date(rng, lo, hi),
+             close_date=G.rand_date(rng, "2024-07-01", "2024-12-31"))
   nego: dict[int, float] = {}
   for d in deals:
     if d["stage"] == "negotiation":
@@ -101,18 +103,18 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   if nego.get(lead, 0.0) <= top:
     d = rng.choice([d for d in deals if d["stage"] in ("won", "lost")])
     d.update(stage="negotiation", owner_id=lead, amount=round(top - nego.get(lead, 0.0) + rng.uniform(500, 9000), 2),
-             close_date=B.rand_date(rng, "2024-07-01", "2024-12-31"))
-  B.insert_rows(ctx, "deals", deals)
-  B.insert_rows(ctx, "activities", [{"deal_id": rng.choice(deals)["id"], "kind": rng.choice(KINDS),
-                                     "date": B.rand_date(rng), "note": B.sentence(rng, 7)} for _ in range(250 * f)])
+             close_date=G.rand_date(rng, "2024-07-01", "2024-12-31"))
+  G.insert_rows(ctx, "deals", deals)
+  G.insert_rows(ctx, "activities", [{"deal_id": rng.choice(deals)["id"], "kind": rng.choice(KINDS),
+                                     "date": G.rand_date(rng), "note": G.sentence(rng, 7)} for _ in range(250 * f)])
   profiles = [{"company_id": c["id"], "employees": int(10 ** rng.uniform(1.2, 3.8)),
                "revenue": round(rng.uniform(0.5, 400), 1), "busy": int(rng.random() < 0.35)} for c in companies]
   soft = [p for p in profiles if companies[p["company_id"] - 1]["industry"] == "software"]
   big, small = rng.sample(soft, 2)
   big.update(employees=rng.randint(600, 6000), busy=1)
   small.update(employees=rng.randint(20, 480))
-  B.insert_rows(ctx, "profiles", profiles)
-  B.write_docs(ctx, rng, "crm", ["pipeline_stages", "territories", "lead_policy", "playbook", "pricing"])
+  G.insert_rows(ctx, "profiles", profiles)
+  G.write_docs(ctx, rng, "crm", ["pipeline_stages", "territories", "lead_policy", "playbook", "pricing"])
   fresh = iter(people[160 * f:])
   known = rng.sample(contacts, 3 * B.n_data_files(f))
   files = ["json", "csv", "txt"] + [rng.choice(("json", "csv", "txt")) for _ in range(B.n_data_files(f) - 3)]
@@ -122,7 +124,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     for k in range(rng.randint(2, 4)):
       if k == 0 or rng.random() < 0.5 and (j, k) != (0, 1):   # a new lead
         nm, co = next(fresh), rng.choice(names)
-        leads.append((nm, B.email_of(nm, rng.randint(1, 99), _slug(co) + ".com"), co))
+        leads.append((nm, G.email_of(nm, rng.randint(1, 99), _slug(co) + ".com"), co))
       else:
         c = known.pop()
         email = _recase(rng, c["email"]) if rng.random() < 0.6 or j == 0 else c["email"]
@@ -189,7 +191,7 @@ TOOLS = (
     B.list_tool("list_companies", "List companies [{id, name, industry, city}], optionally filtered.",
                 table="companies", columns="id, name, industry, city", filters=[
                     B.Filter("industry", "industry = ?", B.p_str("industry", INDUSTRIES)),
-                    B.Filter("city", "city = ?", B.p_str("city", B.CITIES)),
+                    B.Filter("city", "city = ?", B.p_str("city", G.CITIES)),
                     B.Filter("name", "name LIKE ?", B.p_str("text the name contains"), like=True)]),
     B.list_tool("list_contacts", "List contacts [{id, company_id, name, email, title}], optionally filtered.",
                 table="contacts", columns="id, company_id, name, email, title", filters=[
@@ -223,15 +225,7 @@ DOMAIN = B.Domain("crm", "A B2B sales team's accounts, contacts and deal pipelin
 
 # -- tasks
 
-PAGES = """\
-def every(name, **kw):
-    out, offset = [], 0
-    while offset is not None:
-        page = tools[name](offset=offset, **kw)
-        out += page["items"]
-        offset = page["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("every", kwargs="kw", rows="out", limit=None)
 
 WON = PAGES + """\
 health = {c["id"] for c in every("list_companies", industry="healthcare")}
@@ -372,13 +366,13 @@ def _reassign_expected(ctx):
 def _leads_expected(ctx):
   emails = []
   for rel in ctx.files("leads"):
-    text = ctx.read(rel)
+    recs = read_records(rel, ctx.read(rel), key="leads")
     if rel.endswith(".json"):
-      emails += [lead["e-mail"] for lead in json.loads(text)["leads"]]
+      emails += [lead["e-mail"] for lead in recs]
     elif rel.endswith(".csv"):
-      emails += [line.split(",")[1] for line in text.strip().splitlines()[1:]]
+      emails += [r["email"] for r in recs]
     else:
-      emails += re.findall(r"^Email: (.+)$", text, re.M)
+      emails += [r["Email"] for r in recs]
   known = {r["e"] for r in ctx.q("SELECT lower(email) AS e FROM contacts")}
   return sorted({e.lower() for e in emails} - known)
 

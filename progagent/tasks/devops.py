@@ -6,6 +6,7 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 LABELS = ("bug", "feature", "docs", "question", "performance")
@@ -36,7 +37,7 @@ def _report_text(rng: random.Random, service: str, p95: int, f: int) -> str:
            f"Served {rng.randint(20_000, 2_000_000):,} requests with an error rate of {rng.uniform(0.1, 3):.1f}%.",
            f"Latency: p50 {rng.randint(5, p95 // 3 + 6)} ms, {lat}."]
   for _ in range(rng.randint(1, 3) * f):
-    parts.append(f"Incident INC-{rng.randint(1000, 9999)}: {B.sentence(rng, 8)}")
+    parts.append(f"Incident INC-{rng.randint(1000, 9999)}: {G.sentence(rng, 8)}")
   body = parts[1:]
   rng.shuffle(body)
   return " ".join(parts[:1] + body)
@@ -47,14 +48,14 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   issues, labels = [], []
   p_sec = rng.uniform(0.03, 0.07)
   for i in range(n):
-    body = B.sentence(rng, 14)
+    body = G.sentence(rng, 14)
     r = rng.random()
     if r < 0.05:
       body += " The worker hits a segfault in the parser."
     elif r < 0.09:
       body += " It can CRASH the tab."
     issues.append({"id": i + 1, "title": rng.choice(TITLES).format(rng.choice(PROBLEMS)),
-                   "state": "open" if rng.random() < 0.6 else "closed", "created": B.rand_date(rng, "2023-06-01"),
+                   "state": "open" if rng.random() < 0.6 else "closed", "created": G.rand_date(rng, "2023-06-01"),
                    "assignee": rng.choice(USERS), "body": body, "close_reason": None})
     labs = rng.sample(LABELS, rng.randint(1, 2))
     if rng.random() < p_sec:
@@ -62,7 +63,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     labels += [{"issue_id": i + 1, "label": lab} for lab in labs]
   # planted (rng-chosen): the oldest bug of all is closed (a distractor), at least one open security issue
   old = rng.randrange(n)
-  issues[old].update(state="closed", created=B.rand_date(rng, "2023-01-01", "2023-05-31"))
+  issues[old].update(state="closed", created=G.rand_date(rng, "2023-01-01", "2023-05-31"))
   if not any(x["issue_id"] == old + 1 and x["label"] == "bug" for x in labels):
     labels.append({"issue_id": old + 1, "label": "bug"})
   for j, k in enumerate(rng.sample(range(n), rng.randint(2, 4))):
@@ -70,8 +71,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       issues[k]["state"] = "open" if j else "closed"
       if not any(x["issue_id"] == k + 1 and x["label"] == "security" for x in labels):
         labels.append({"issue_id": k + 1, "label": "security"})
-  B.insert_rows(ctx, "issues", issues)
-  B.insert_rows(ctx, "labels", labels)
+  G.insert_rows(ctx, "issues", issues)
+  G.insert_rows(ctx, "labels", labels)
   comments = []
   for _ in range(475 * f):
     iid = rng.randint(1, n)
@@ -81,9 +82,9 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     elif r < 0.13:
       author, body = rng.choice(USERS), f"I don't think this is a duplicate of #{rng.randint(1, n)}."
     else:
-      author, body = rng.choice(USERS), B.sentence(rng, 10)
+      author, body = rng.choice(USERS), G.sentence(rng, 10)
     comments.append({"id": len(comments) + 1, "issue_id": iid, "author": author, "body": body})
-  B.insert_rows(ctx, "comments", comments)
+  G.insert_rows(ctx, "comments", comments)
   # weekly service reports: the slowest service's report is in seconds and is not ready on the first call
   p95 = {s: rng.randint(120, 2400) for s in COMPONENTS}
   slowest = max(p95, key=p95.get)
@@ -93,7 +94,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = text.replace(f"p95 latency {p95[s]} ms", f"p95 latency {p95[s] / 1000:.3f} s")
     ctx.conn.execute("INSERT INTO service_reports VALUES (?, ?, ?, ?)",
                      (s, 1 if s == slowest else rng.choice((0, 0, 1, 2)), p95[s], text))
-  B.write_docs(ctx, rng, "devops", ["oncall", "release_process", "labels", "triage", "runbook"])
+  G.write_docs(ctx, rng, "devops", ["oncall", "release_process", "labels", "triage", "runbook"])
   level_w = (8, 3, rng.uniform(0.8, 3.5))                       # the error rate differs between instances
   msg_w = [rng.uniform(0.5, 2) for _ in LOG_MESSAGES]
   for j in range(B.n_data_files(f)):

@@ -7,7 +7,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 KINDS = ("electricity", "gas", "solar")
 MSTATUS = ("active", "faulty", "review", "retired")
@@ -30,12 +32,12 @@ CREATE INDEX readings_meter ON readings(meter_id);
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   names = {HARBOUR}
   while len(names) < 12 * f:
-    names.add(f"{rng.choice(B.LAST)} {rng.choice(SITE_KINDS)}")
+    names.add(f"{rng.choice(G.LAST)} {rng.choice(SITE_KINDS)}")
   names = sorted(names - {HARBOUR})
   rng.shuffle(names)
   names.insert(rng.randint(0, len(names)), HARBOUR)
-  sites = [{"id": i + 1, "name": n, "city": rng.choice(B.CITIES)} for i, n in enumerate(names)]
-  B.insert_rows(ctx, "sites", sites)
+  sites = [{"id": i + 1, "name": n, "city": rng.choice(G.CITIES)} for i, n in enumerate(names)]
+  G.insert_rows(ctx, "sites", sites)
   harbour = names.index(HARBOUR) + 1
   top = rng.choice([s["id"] for s in sites if s["id"] != harbour])   # the biggest consumer in June
   serials: set = set()
@@ -48,7 +50,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         serials.add(sn)
         break
     meters.append({"id": len(meters) + 1, "serial": sn, "site_id": site, "kind": kind, "unit": unit,
-                   "installed": installed or B.rand_date(rng, "2010-01-01", "2023-12-31"), "status": status,
+                   "installed": installed or G.rand_date(rng, "2010-01-01", "2023-12-31"), "status": status,
                    "comm_fail": rng.choice((0, 0, 1, 2)), "checks_failed": rng.choice((0, 0, 0, 1, 2))})
     return meters[-1]
 
@@ -66,7 +68,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     m["unit"] = "Wh"
   # an old faulty gas meter (must stay faulty) and old active ones (to retire)
   for m in rng.sample([m for m in meters if m["kind"] == "gas"], 3 + f):
-    m["installed"] = B.rand_date(rng, "2009-01-01", "2014-12-31")
+    m["installed"] = G.rand_date(rng, "2009-01-01", "2014-12-31")
   old_gas = [m for m in meters if m["kind"] == "gas" and m["installed"] < "2015-01-01"]
   old_gas[0]["status"] = "faulty"
   old_gas[-1]["status"] = "active"
@@ -75,7 +77,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     m["status"] = "active"
   solar = [m for m in solar if m["status"] == "active"]
   solar[0]["checks_failed"], solar[1]["checks_failed"], solar[-1]["checks_failed"] = 0, 1, rng.randint(2, 3)
-  B.insert_rows(ctx, "meters", meters)
+  G.insert_rows(ctx, "meters", meters)
   base = {m["id"]: rng.uniform(1300, 1600) if m["site_id"] == top else rng.uniform(100, 600) for m in meters}
   spikes = set(rng.sample([m["id"] for m in elec if m["site_id"] != top], rng.randint(2, 4)))
   spikes.add(rng.choice([m["id"] for m in wh]))
@@ -88,8 +90,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         kwh = rng.uniform(2100, 4000)
       value = round(kwh * 1000) if m["unit"] == "Wh" else round(kwh, 1)
       readings.append({"id": len(readings) + 1, "meter_id": m["id"], "week": w, "value": value})
-  B.insert_rows(ctx, "readings", readings)
-  B.write_docs(ctx, rng, "energy", ["metering", "tariffs", "safety", "contacts", "reporting"])
+  G.insert_rows(ctx, "readings", readings)
+  G.write_docs(ctx, rng, "energy", ["metering", "tariffs", "safety", "contacts", "reporting"])
   # inspection reports: CSV, JSON and 'key: value' text, in a folder the instructions do not name
   n = B.n_data_files(f)
   fmts = ["csv", "json", "txt"] * n
@@ -99,10 +101,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   sampled = rng.sample(meters, 5 * n)
   for j, fmt in enumerate(fmts):
     batch = sampled[5 * j:5 * j + 5]
-    rows = [(m["serial"], "damaged" if k == 0 else rng.choice(CONDITIONS), rng.choice(B.FIRST)) for k, m in
+    rows = [(m["serial"], "damaged" if k == 0 else rng.choice(CONDITIONS), rng.choice(G.FIRST)) for k, m in
             enumerate(batch)]
     rng.shuffle(rows)
-    date = B.rand_date(rng, "2024-05-01", "2024-06-28")
+    date = G.rand_date(rng, "2024-05-01", "2024-06-28")
     if fmt == "csv":
       text = "serial,condition,technician\n" + "".join(f"{s},{c},{t}\n" for s, c, t in rows)
     elif fmt == "json":
@@ -191,15 +193,7 @@ DOMAIN = B.Domain("energy", "A facilities company's sites, utility meters and we
 
 # -- oracles
 
-PAGES = """\
-def all_pages(name, **kw):
-    out, offset = [], 0
-    while offset is not None:
-        page = tools[name](limit=200, offset=offset, **kw)
-        out += page["items"]
-        offset = page["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("all_pages", kwargs="kw", rows="out")
 
 HARBOUR_Q2 = PAGES + """
 site = tools["list_sites"](name="Harbour Depot")["items"][0]
@@ -315,19 +309,16 @@ def _failed(ctx):
                                      "checks_failed > 0")]
 
 
+# (meter field, condition field, the damaged value) of a field report, by its format
+_REPORT_FIELDS = {"csv": ("serial", "condition", "damaged"), "json": ("meter", "condition", "damaged"),
+                  "txt": ("Meter", "Condition", "DAMAGED")}
+
+
 def _damaged(ctx):
-  import csv
-  import io
   out = set()
   for rel in ctx.files("field"):
-    text = ctx.read(rel)
-    if rel.endswith(".csv"):
-      out |= {r["serial"] for r in csv.DictReader(io.StringIO(text)) if r["condition"] == "damaged"}
-    elif rel.endswith(".json"):
-      out |= {r["meter"] for r in json.loads(text)["meters"] if r["condition"] == "damaged"}
-    else:
-      blocks = [dict(ln.split(": ", 1) for ln in b.splitlines()) for b in text.split("\n\n")[1:]]
-      out |= {b["Meter"] for b in blocks if b["Condition"] == "DAMAGED"}
+    meter, cond, damaged = _REPORT_FIELDS[rel.rsplit(".", 1)[-1]]
+    out |= {r[meter] for r in read_records(rel, ctx.read(rel), key="meters") if r[cond] == damaged}
   return sorted(out)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 VENUES = (("Blue Cellar", "Lisbon", 40), ("Riverside Hall", "Lisbon", 600), ("Old Mill", "Porto", 250),
@@ -25,18 +26,18 @@ CREATE INDEX bookings_event ON bookings(event_id);
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
-  B.insert_rows(ctx, "venues", [{"id": i + 1, "name": n, "city": c, "capacity": cap}
+  G.insert_rows(ctx, "venues", [{"id": i + 1, "name": n, "city": c, "capacity": cap}
                                 for i, (n, c, cap) in enumerate(VENUES)])
   n_ev = 105 * f
   events = []
   for i in range(n_ev):
     events.append({"id": i + 1, "name": f"{rng.choice(KINDS)} #{i + 1}", "venue_id": rng.randint(1, len(VENUES)),
-                   "date": B.rand_date(rng, "2024-07-05", "2024-10-31"),
+                   "date": G.rand_date(rng, "2024-07-05", "2024-10-31"),
                    "status": "cancelled" if rng.random() < 0.1 else "scheduled",
-                   "price": float(rng.choice((10, 12.5, 15, 20, 25, 30, 45))), "description": B.sentence(rng, 8),
+                   "price": float(rng.choice((10, 12.5, 15, 20, 25, 30, 45))), "description": G.sentence(rng, 8),
                    "busy": rng.choice((0, 0, 0, 1, 2))})   # event_sales answers 'busy' this many times first
-  B.insert_rows(ctx, "events", events)
-  customers = [B.email_of(n, i) for i, n in enumerate(B.unique_names(rng, 525 * f))]
+  G.insert_rows(ctx, "events", events)
+  customers = [G.email_of(n, i) for i, n in enumerate(G.unique_names(rng, 525 * f))]
   bookings = []
 
   def book(ev, email, seats, status="confirmed"):
@@ -75,8 +76,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     loser = rng.choice([m for m in group if m != ranking(True)])
     for _ in range(rng.randint(3, 6)):
       book(rng.randint(1, n_ev), loser, rng.randint(4, 6))
-  B.insert_rows(ctx, "bookings", bookings)
-  B.write_docs(ctx, rng, "events", ["box_office", "refunds", "venues", "accessibility", "press"])
+  G.insert_rows(ctx, "bookings", bookings)
+  G.write_docs(ctx, rng, "events", ["box_office", "refunds", "venues", "accessibility", "press"])
   picks = rng.sample(sched, B.n_data_files(f))
   kinds = ["cancel", "move"] * (len(picks) // 2)
   rng.shuffle(kinds)
@@ -84,7 +85,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     if kind == "cancel":
       body = f"CANCELLED: {e['name']}\nThe organiser called it off. All confirmed bookings must be refunded.\n"
     else:
-      body = (f"RESCHEDULED: {e['name']}\nNew date: {B.rand_date(rng, '2024-11-01', '2024-12-20')}. "
+      body = (f"RESCHEDULED: {e['name']}\nNew date: {G.rand_date(rng, '2024-11-01', '2024-12-20')}. "
               "Bookings stay valid.\n")
     ctx.write(f"notices/notice_{j + 1:03d}.txt", body)
 

@@ -7,7 +7,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 ACCOUNTS = (("Household Checking", "checking"), ("Savings", "savings"), ("Travel Card", "credit"),
             ("Business Checking", "checking"), ("Joint Savings", "savings"), ("Credit Card", "credit"))
@@ -67,18 +69,18 @@ def _formats(rng, n):
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   accts = list(ACCOUNTS)
   rng.shuffle(accts)
-  B.insert_rows(ctx, "accounts", [{"id": i + 1, "name": n, "type": t} for i, (n, t) in enumerate(accts)])
+  G.insert_rows(ctx, "accounts", [{"id": i + 1, "name": n, "type": t} for i, (n, t) in enumerate(accts)])
   scale = {c: rng.uniform(0.6, 1.6) for c in SPEND}
   peak = rng.choice(SPEND)   # the category that peaks in April-June (seed-dependent)
   txs = []
   for i in range(850 * f):
-    date = B.rand_date(rng)
+    date = G.rand_date(rng)
     q2 = date >= "2024-04-01"
     cat = rng.choices(CATEGORIES, (30, 15, 8, 8, 8, 8, 4))[0]
     amount = (round(rng.uniform(1500, 3500), 2) if cat == "income"
               else _purchase(rng, cat, scale[cat] * (2.5 if cat == peak and q2 else 1.0)))
     txs.append({"id": i + 1, "account_id": rng.randint(1, len(accts)), "date": date, "amount": amount,
-                "category": cat, "merchant": rng.choice(MERCHANTS[cat]), "memo": B.sentence(rng, 6)})
+                "category": cat, "merchant": rng.choice(MERCHANTS[cat]), "memo": G.sentence(rng, 6)})
   credit = {i + 1 for i, (_, t) in enumerate(accts) if t == "credit"}
   june_credit = [t for t in txs if t["account_id"] in credit and t["date"] >= "2024-06-01"]
   others = [t for t in txs if t["account_id"] not in credit or t["date"] < "2024-06-01"]
@@ -90,10 +92,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   txs.sort(key=lambda t: order[id(t)])
   for i, t in enumerate(txs):
     t["id"] = i + 1
-  B.insert_rows(ctx, "transactions", txs)
-  B.insert_rows(ctx, "statement_busy", [{"account_id": a, "month": m} for a in range(1, len(accts) + 1)
+  G.insert_rows(ctx, "transactions", txs)
+  G.insert_rows(ctx, "statement_busy", [{"account_id": a, "month": m} for a in range(1, len(accts) + 1)
                                         for m in MONTHS if rng.random() < 0.3])
-  B.write_docs(ctx, rng, "finance", ["budget", "categories", "reconciliation", "cards", "taxes"])
+  G.write_docs(ctx, rng, "finance", ["budget", "categories", "reconciliation", "cards", "taxes"])
   purchases = [t for t in txs if t["amount"] < 0]
   n = 2 * f   # receipts: half of the data files
   unmatched = set(rng.sample(range(n), rng.randint(1, n - 1)))
@@ -110,7 +112,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     for k in range(rng.randint(3, 5)):
       if k == 0 or rng.random() < 0.5:   # not recorded yet
         cat = rng.choice(SPEND)
-        entries.append((B.rand_date(rng, "2024-06-01", "2024-06-30"), rng.choice(MERCHANTS[cat]), cat,
+        entries.append((G.rand_date(rng, "2024-06-01", "2024-06-30"), rng.choice(MERCHANTS[cat]), cat,
                         _purchase(rng, cat, 1.0)))
       else:
         t = rng.choice(mine)
@@ -348,14 +350,11 @@ def _dups(ctx):
 
 
 def _parse_receipt(path, text):
+  d = read_records(path, text)[0]
   if path.endswith(".json"):
-    d = json.loads(text)
     return d["store"], d["purchased_at"][:10], d["total_cents"] / 100
   if path.endswith(".csv"):
-    head, row = text.strip().splitlines()[:2]
-    d = dict(zip(head.split(","), row.split(",")))
     return d["merchant"], d["date"], float(d["total"])
-  d = dict(line.split(": ", 1) for line in text.strip().splitlines())
   return d["Merchant"], d["Date"], float(d["Total"])
 
 

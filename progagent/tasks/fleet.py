@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 MODELS = ("Transit", "Sprinter", "Ducato", "Master", "Crafter", "Boxer")
@@ -46,29 +47,29 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     vehicles.append({"id": i + 1, "plate": _plate(rng, used), "model": rng.choice(MODELS),
                      "year": rng.randint(2012, 2023), "odometer": odo, "last_service_km": odo - since,
                      "status": "active"})
-  B.insert_rows(ctx, "vehicles", vehicles)
+  G.insert_rows(ctx, "vehicles", vehicles)
   eff = {v["id"]: rng.uniform(7, 14) for v in vehicles}
   thirsty = rng.choice(vehicles)["id"]     # the planted worst vehicle
   eff[thirsty] = rng.uniform(15.5, 17.5)
-  drivers = B.unique_names(rng, 70 * f)
+  drivers = G.unique_names(rng, 70 * f)
   trips = []
   for i in range(1150 * f):
     vid = rng.randint(1, n_veh)
     dist = round(rng.uniform(5, 400), 1)
-    trips.append({"id": i + 1, "vehicle_id": vid, "driver": rng.choice(drivers), "date": B.rand_date(rng),
+    trips.append({"id": i + 1, "vehicle_id": vid, "driver": rng.choice(drivers), "date": G.rand_date(rng),
                   "distance_km": dist, "fuel_l": round(dist * eff[vid] / 100 * rng.uniform(0.9, 1.1), 1),
-                  "route": f"{rng.choice(B.CITIES)} - {rng.choice(B.CITIES)}"})
-  B.insert_rows(ctx, "trips", trips)
-  B.insert_rows(ctx, "maintenance", [{"vehicle_id": rng.randint(1, n_veh), "date": B.rand_date(rng),
+                  "route": f"{rng.choice(G.CITIES)} - {rng.choice(G.CITIES)}"})
+  G.insert_rows(ctx, "trips", trips)
+  G.insert_rows(ctx, "maintenance", [{"vehicle_id": rng.randint(1, n_veh), "date": G.rand_date(rng),
                                       "kind": rng.choice(KINDS)} for _ in range(70 * f)])
-  B.write_docs(ctx, rng, "fleet", ["fleet_policy", "fuel_cards", "accidents", "routes", "drivers"])
+  G.write_docs(ctx, rng, "fleet", ["fleet_policy", "fuel_cards", "accidents", "routes", "drivers"])
   repeat = rng.choice(vehicles)["plate"]
   twice = rng.sample(range(B.n_data_files(f)), 2)
   logs = []
   for j in range(B.n_data_files(f)):
     lines = []
     for _ in range(rng.randint(3, 7)):
-      lines.append(f"{B.rand_date(rng)} {rng.randint(6, 20):02d}:{rng.randint(0, 59):02d} "
+      lines.append(f"{G.rand_date(rng)} {rng.randint(6, 20):02d}:{rng.randint(0, 59):02d} "
                    f"{rng.choice(vehicles)['plate']}: {rng.choice(REMARKS)}")
     if j in twice:   # one vehicle reported twice, in two files
       lines.insert(rng.randint(0, len(lines)),
@@ -80,7 +81,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     plate = rng.choice([v["plate"] for v in vehicles if v["plate"] not in lower])
     lower.add(plate)
     lines = logs[rng.randrange(len(logs))]
-    lines.insert(rng.randint(0, len(lines)), f"{B.rand_date(rng)} 18:05 {plate}: {remark}")
+    lines.insert(rng.randint(0, len(lines)), f"{G.rand_date(rng)} 18:05 {plate}: {remark}")
   for j, lines in enumerate(logs):
     ctx.write(f"driver_logs/log_{j + 1:03d}.txt", "\n".join(lines) + "\n")
 

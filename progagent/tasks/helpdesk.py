@@ -7,6 +7,7 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 PRIORITIES = ("low", "normal", "high", "urgent")
@@ -28,26 +29,26 @@ CREATE INDEX tickets_status ON tickets(status);
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
-  names = B.unique_names(rng, 12)
+  names = G.unique_names(rng, 12)
   teams = ["tier1"] * 6 + ["tier2"] * 4 + ["billing"] * 2
   duty = [int(rng.random() < 0.6) for _ in names]
   for i in rng.sample(range(6, 10), 2):   # at least two tier2 agents on duty
     duty[i] = 1
-  B.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": duty[i]}
+  G.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": duty[i]}
                                 for i, nm in enumerate(names)])
-  customers = B.unique_names(rng, 130 * f)
+  customers = G.unique_names(rng, 130 * f)
   tickets = []
   for i in range(390 * f):
     c = rng.choice(customers)
-    tickets.append({"id": 5001 + i, "customer_email": B.email_of(c, i), "subject": rng.choice(SUBJECTS),
+    tickets.append({"id": 5001 + i, "customer_email": G.email_of(c, i), "subject": rng.choice(SUBJECTS),
                     "priority": rng.choices(PRIORITIES, (3, 5, 2, 1))[0],
-                    "status": rng.choices(STATUSES, (3, 2, 3, 4))[0], "created": B.rand_date(rng),
+                    "status": rng.choices(STATUSES, (3, 2, 3, 4))[0], "created": G.rand_date(rng),
                     "assignee_id": rng.randint(1, 12) if rng.random() < 0.6 else None,
-                    "body": B.sentence(rng, 12)})
+                    "body": G.sentence(rng, 12)})
   n_free, n_taken = rng.randint(2, 4), rng.randint(1, 3)   # open urgent tickets, unassigned or not
   for k, t in enumerate(rng.sample(tickets, n_free + n_taken)):
     t.update(priority="urgent", status="open", assignee_id=None if k < n_free else rng.randint(1, 12))
-  B.insert_rows(ctx, "tickets", tickets)
+  G.insert_rows(ctx, "tickets", tickets)
   sla = []
   for t in tickets:
     target = SLA_TARGET_H[t["priority"]] * 60
@@ -59,27 +60,27 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   scope_breach = [s for s in scope if s["response_minutes"] > SLA_TARGET_H[tickets[s["ticket_id"] - 5001]
                                                                             ["priority"]] * 60]
   rng.choice(scope_breach)["busy"] = 1
-  B.insert_rows(ctx, "sla", sla)
-  B.write_docs(ctx, rng, "helpdesk", ["escalation", "sla", "macros", "tone_guide", "rota"])
+  G.insert_rows(ctx, "sla", sla)
+  G.write_docs(ctx, rng, "helpdesk", ["escalation", "sla", "macros", "tone_guide", "rota"])
   ctx.write("oncall.txt", f"On-call agent: {names[rng.randint(6, 9)]}\n")
   n_tr = B.n_data_files(f) - 1   # one data slot holds the handover note
   words = [rng.choice(("Refund", "REFUND"))] + [rng.choice(("Refund", "refund", "REFUND", None, None))
                                                 for _ in range(n_tr - 1)]
   rng.shuffle(words)
   for t, word in zip(rng.sample(tickets, n_tr), words):
-    lines = [f"customer: {B.sentence(rng, 8)}", f"agent: {B.sentence(rng, 10)}"]
+    lines = [f"customer: {G.sentence(rng, 8)}", f"agent: {G.sentence(rng, 10)}"]
     if word:
-      lines.insert(rng.randint(0, 2), f"customer: I want a {word} for this. {B.sentence(rng, 5)}")
+      lines.insert(rng.randint(0, 2), f"customer: I want a {word} for this. {G.sentence(rng, 5)}")
     ctx.write(f"transcripts/ticket_{t['id']}.txt", f"Ticket {t['id']}: {t['subject']}\n" + "\n".join(lines) + "\n")
   live = [t for t in tickets if t["status"] in ("open", "pending")]
   done = [t for t in tickets if t["status"] in ("resolved", "closed")]
   listed = rng.sample(live, rng.randint(2, 4)) + rng.sample(done, rng.randint(1, 2))
   rng.shuffle(listed)
-  refs = [rng.choice((f"#{t['id']}", f"ticket {t['id']}", f"T-{t['id']}")) + f" - {B.sentence(rng, 5)}"
+  refs = [rng.choice((f"#{t['id']}", f"ticket {t['id']}", f"T-{t['id']}")) + f" - {G.sentence(rng, 5)}"
           for t in listed]
   ctx.write(f"shift_notes/{rng.choice(('early', 'late', 'night'))}/handover_06{rng.randint(10, 28)}.txt",
-            f"Handover from {rng.choice(names)}\n\n{B.sentence(rng, 9)}\n\nPlease escalate:\n"
-            + "".join(f"  * {r}\n" for r in refs) + f"\n{B.sentence(rng, 7)}\n")
+            f"Handover from {rng.choice(names)}\n\n{G.sentence(rng, 9)}\n\nPlease escalate:\n"
+            + "".join(f"  * {r}\n" for r in refs) + f"\n{G.sentence(rng, 7)}\n")
 
 
 # -- tools

@@ -7,7 +7,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 DEPARTMENTS = ("Engineering", "Sales", "Marketing", "Finance", "Support", "Legal", "Operations", "Research")
 TITLES = ("Associate", "Specialist", "Senior Specialist", "Lead", "Manager", "Director")
@@ -23,11 +25,11 @@ CREATE INDEX employees_dept ON employees(dept_id);
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
-  B.insert_rows(ctx, "departments", [{"id": i + 1, "name": d, "location": rng.choice(B.CITIES),
+  G.insert_rows(ctx, "departments", [{"id": i + 1, "name": d, "location": rng.choice(G.CITIES),
                                       "budget": float(rng.randint(5, 50) * 100_000)}
                                      for i, d in enumerate(DEPARTMENTS)])
   n = 670 * f
-  names = B.unique_names(rng, n + 2)
+  names = G.unique_names(rng, n + 2)
   local = rng.uniform(0.2, 0.7)   # how often a manager is picked inside the employee's own department
   emps, by_dept = [], {d: [] for d in range(1, 9)}
   for i in range(n):
@@ -37,26 +39,26 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       same = by_dept[dept]
       mgr = rng.choice(same) if same and rng.random() < local else rng.randint(1, i)
     by_dept[dept].append(i + 1)
-    emps.append({"id": i + 1, "name": names[i], "email": B.email_of(names[i], i + 1, "corp.example"),
+    emps.append({"id": i + 1, "name": names[i], "email": G.email_of(names[i], i + 1, "corp.example"),
                  "dept_id": dept, "title": rng.choice(TITLES),
                  "salary": round(rng.uniform(40_000, 160_000), 2), "manager_id": mgr,
-                 "hire_date": B.rand_date(rng, "2005-01-01", "2024-06-01"), "active": int(rng.random() < 0.85),
+                 "hire_date": G.rand_date(rng, "2005-01-01", "2024-06-01"), "active": int(rng.random() < 0.85),
                  "phone": f"+351 21 {rng.randint(100, 999)} {rng.randint(1000, 9999)}",
-                 "address": f"{rng.randint(1, 200)} {rng.choice(B.LAST)} Road, {rng.choice(B.CITIES)}"})
+                 "address": f"{rng.randint(1, 200)} {rng.choice(G.LAST)} Road, {rng.choice(G.CITIES)}"})
   # A departed Sales employee hired before anyone else (the trap of the earliest-hire task; date seeded).
-  emps.append(dict(emps[0], id=n + 1, name=names[n], email=B.email_of(names[n], n + 1, "corp.example"),
-                   dept_id=2, hire_date=B.rand_date(rng, "1995-01-01", "2004-12-31"), active=0, manager_id=None))
+  emps.append(dict(emps[0], id=n + 1, name=names[n], email=G.email_of(names[n], n + 1, "corp.example"),
+                   dept_id=2, hire_date=G.rand_date(rng, "1995-01-01", "2004-12-31"), active=0, manager_id=None))
   for d in range(1, 9):   # every department has active staff
     emps[d]["dept_id"], emps[d]["active"] = d, 1
   # A departed Legal employee whose manager works elsewhere (the trap of cross_dept_managers).
-  emps.append(dict(emps[1], id=n + 2, name=names[n + 1], email=B.email_of(names[n + 1], n + 2, "corp.example"),
+  emps.append(dict(emps[1], id=n + 2, name=names[n + 1], email=G.email_of(names[n + 1], n + 2, "corp.example"),
                    dept_id=6, active=0, manager_id=rng.choice([e["id"] for e in emps if e["dept_id"] != 6])))
-  B.insert_rows(ctx, "employees", emps)
+  G.insert_rows(ctx, "employees", emps)
   # June timesheets; `busy` (hidden) is how many times the service answers "busy" before giving the summary.
-  B.insert_rows(ctx, "timesheets", [{"employee_id": e["id"], "hours": rng.randint(300, 350) / 2,
+  G.insert_rows(ctx, "timesheets", [{"employee_id": e["id"], "hours": rng.randint(300, 350) / 2,
                                      "overtime": rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 10, 12)) + rng.choice((0, .5)),
                                      "busy": rng.choice((0, 0, 1, 2))} for e in emps if e["active"]])
-  B.write_docs(ctx, rng, "hr", ["leave_policy", "benefits", "review_process", "onboarding", "org_chart"])
+  G.write_docs(ctx, rng, "hr", ["leave_policy", "benefits", "review_process", "onboarding", "org_chart"])
   # Reviews in three formats and two rating scales; a seeded number of them carry the top rating.
   k = B.n_data_files(f)
   reviewed = rng.sample([e for e in emps if e["active"]], k)
@@ -68,13 +70,13 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     stem = f"reviews/review_{j + 1:03d}"
     if fmt == 0:
       ctx.write(f"{stem}.txt", f"Employee: {e['name']} (id {e['id']})\nPeriod: 2024-H1\nRating: {score}/{scale}\n\n"
-                f"{B.sentence(rng, 14)}\n{B.sentence(rng, 10)}\n")
+                f"{G.sentence(rng, 14)}\n{G.sentence(rng, 10)}\n")
     elif fmt == 1:
       ctx.write(f"{stem}.json", json.dumps({"employee_id": e["id"], "period": "2024-H1", "score": score,
-                                            "out_of": scale, "comment": B.sentence(rng, 12)}, indent=1) + "\n")
+                                            "out_of": scale, "comment": G.sentence(rng, 12)}, indent=1) + "\n")
     else:
       ctx.write(f"{stem}.csv", f"employee_id,period,rating,max_rating,comment\n{e['id']},2024-H1,{score},{scale},"
-                f"{B.sentence(rng, 8)}\n")
+                f"{G.sentence(rng, 8)}\n")
 
 
 def _get_employee(ctx, employee_id):
@@ -134,15 +136,7 @@ TOOLS = (
 DOMAIN = B.Domain("hr", "A company's departments and employees.", SCHEMA, generate, TOOLS)
 
 # The oracles' shared paging helper (the first program of every task defines it).
-PAGES = """\
-def fetch_all(name, **filters):
-    rows, offset = [], 0
-    while offset is not None:
-        page = tools[name](limit=200, offset=offset, **filters)
-        rows += page["items"]
-        offset = page["next_offset"]
-    return rows
-"""
+PAGES = B.paging_prelude("fetch_all")
 
 AVG_ENG = """\
 dept = tools["list_departments"](name="Engineering")["items"][0]
@@ -220,11 +214,10 @@ def _salaries(ctx):
 
 def _review(rel, text):
   if rel.endswith(".json"):
-    d = json.loads(text)
+    d = read_records(rel, text)[0]
     return d["employee_id"], d["score"] == d["out_of"]
   if rel.endswith(".csv"):
-    head, row = text.splitlines()[:2]
-    d = dict(zip(head.split(","), row.split(",")))
+    d = read_records(rel, text)[0]
     return int(d["employee_id"]), d["rating"] == d["max_rating"]
   a, b = re.search(r"Rating:\s*(\d+)/(\d+)", text).groups()
   return int(re.search(r"\(id (\d+)\)", text).group(1)), a == b

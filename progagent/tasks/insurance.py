@@ -8,7 +8,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 PRODUCTS = ("auto", "home", "travel", "pet", "life")
 POLICY_STATUSES = ("active", "lapsed", "cancelled")
@@ -37,16 +39,16 @@ def _plus(date: str, days: int) -> str:
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_cust = 150 * f
-  names = B.unique_names(rng, n_cust)
-  B.insert_rows(ctx, "customers", [{"id": i + 1, "name": nm, "email": B.email_of(nm, i + 1, "post.example"),
-                                    "city": rng.choice(B.CITIES), "birth_date": B.rand_date(rng, "1945-01-01",
+  names = G.unique_names(rng, n_cust)
+  G.insert_rows(ctx, "customers", [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1, "post.example"),
+                                    "city": rng.choice(G.CITIES), "birth_date": G.rand_date(rng, "1945-01-01",
                                                                                             "2004-12-31")}
                                    for i, nm in enumerate(names)])
   policies = []
 
   def policy(product=None, start=None, status=None) -> dict:
     product = product or rng.choices(PRODUCTS, (3, 3, 2, 2, 1))[0]
-    start = start or B.rand_date(rng, "2022-07-01", "2024-06-30")
+    start = start or G.rand_date(rng, "2022-07-01", "2024-06-30")
     end = _plus(start, 364)
     lo, hi = PREMIUM[product]
     p = {"id": len(policies) + 1, "customer_id": rng.randint(1, n_cust), "product": product,
@@ -62,15 +64,15 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   # Policies ending in July 2024 (seeded counts): active auto and home ones, and a cancelled auto one.
   for product, n in (("auto", rng.randint(2, 6) * f), ("home", rng.randint(1, 4) * f)):
     for _ in range(n):
-      policy(product, B.rand_date(rng, "2023-07-02", "2023-08-01"), "active")
-  policy("auto", B.rand_date(rng, "2023-07-02", "2023-08-01"), "cancelled")
+      policy(product, G.rand_date(rng, "2023-07-02", "2023-08-01"), "active")
+  policy("auto", G.rand_date(rng, "2023-07-02", "2023-08-01"), "cancelled")
   rng.shuffle(policies)   # the planted policies get no telltale ids
   for i, p in enumerate(policies):
     p["id"] = i + 1
   claims = []
 
   def claim(p, filed=None, amount=None, status=None, risk=None, busy=None) -> dict:
-    filed = filed or B.rand_date(rng, p["start_date"], min(p["end_date"], "2024-06-30"))
+    filed = filed or G.rand_date(rng, p["start_date"], min(p["end_date"], "2024-06-30"))
     amount = amount or round(rng.uniform(50, 3000) if p["product"] == "travel" else rng.uniform(80, 15000), 2)
     status = status or rng.choices(CLAIM_STATUSES, (25, 15, 15, 45))[0]
     payout = (None if status == "open" else 0.0 if status == "rejected"
@@ -86,7 +88,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     claim(rng.choice(policies))
   # Large open claims filed in June 2024 (fraud review): a seeded few score high, one of them after a retry.
   june_pols = [p for p in policies if p["start_date"] < JUNE[0] and p["end_date"] >= JUNE[1]]
-  big = [claim(rng.choice(june_pols), B.rand_date(rng, *(JUNE[0], "2024-06-30")), round(rng.uniform(5001, 25000), 2),
+  big = [claim(rng.choice(june_pols), G.rand_date(rng, *(JUNE[0], "2024-06-30")), round(rng.uniform(5001, 25000), 2),
                "open") for _ in range(rng.randint(3, 6) * f)]
   for j, c in enumerate(rng.sample(big, rng.randint(1, 3) * f)):
     c["risk"] = round(rng.uniform(0.8, 0.99), 2)
@@ -96,7 +98,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   travel = [p for p in june_pols if p["product"] == "travel"] or [policy("travel", "2024-01-15", "active")]
   for j in range(rng.randint(2, 4) * f):
     p = rng.choice(travel)
-    claim(p, B.rand_date(rng, JUNE[0], "2024-06-30"), round(rng.uniform(20, 45), 2) if j == 0 else None, "open")
+    claim(p, G.rand_date(rng, JUNE[0], "2024-06-30"), round(rng.uniform(20, 45), 2) if j == 0 else None, "open")
   # A customer with a large rejected pet claim (the trap of the top pet claimant task).
   pet = {p["id"]: p for p in policies if p["product"] == "pet"}
   everything, paid = {}, {}
@@ -113,9 +115,9 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   rng.shuffle(claims)
   for i, c in enumerate(claims):
     c["id"] = 70001 + i
-  B.insert_rows(ctx, "policies", policies)
-  B.insert_rows(ctx, "claims", claims)
-  B.write_docs(ctx, rng, "insurance", ["products", "claims_handling", "renewals", "fraud", "contacts"])
+  G.insert_rows(ctx, "policies", policies)
+  G.insert_rows(ctx, "claims", claims)
+  G.write_docs(ctx, rng, "insurance", ["products", "claims_handling", "renewals", "fraud", "contacts"])
   # New claim forms in three formats (amount in EUR text, plain EUR, or cents); some policies are not active.
   k = B.n_data_files(f)
   n_act = rng.randint(1, k - 1)
@@ -129,10 +131,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     stem = f"intake/forms/claim_form_{j + 1:03d}"
     if fmt == 0:
       ctx.write(f"{stem}.json", json.dumps({"form": form, "policy": p["id"], "claimed": f"{amount:,.2f} EUR",
-                                            "description": B.sentence(rng, 8)}, indent=1) + "\n")
+                                            "description": G.sentence(rng, 8)}, indent=1) + "\n")
     elif fmt == 1:
       ctx.write(f"{stem}.txt", f"Claim form {form}\nPolicy number: {p['id']}\nAmount claimed: EUR {amount:.2f}\n\n"
-                f"{B.sentence(rng, 12)}\n")
+                f"{G.sentence(rng, 12)}\n")
     else:
       ctx.write(f"{stem}.csv", f"form_id,policy_id,amount_cents\n{form},{p['id']},{round(amount * 100)}\n")
 
@@ -232,15 +234,7 @@ TOOLS = (
 
 DOMAIN = B.Domain("insurance", "An insurer's customers, policies and claims.", SCHEMA, generate, TOOLS)
 
-PAGES = """\
-def fetch_all(name, **filters):
-    rows, offset = [], 0
-    while offset is not None:
-        page = tools[name](offset=offset, **filters)
-        rows += page["items"]
-        offset = page["next_offset"]
-    return rows
-"""
+PAGES = B.paging_prelude("fetch_all", limit=None)
 
 PREMIUMS = """\
 pols = fetch_all("list_policies", product="auto", status="active", ends_from="2024-07-01", ends_before="2024-08-01")
@@ -357,11 +351,11 @@ def _forms(ctx):
   for rel in ctx.files("intake/forms"):
     text = ctx.read(rel)
     if rel.endswith(".json"):
-      d = json.loads(text)
+      d = read_records(rel, text)[0]
       pid, amount = d["policy"], float(d["claimed"].split()[0].replace(",", ""))
     elif rel.endswith(".csv"):
-      row = text.strip().splitlines()[1].split(",")
-      pid, amount = int(row[1]), int(row[2]) / 100
+      d = read_records(rel, text)[0]
+      pid, amount = int(d["policy_id"]), int(d["amount_cents"]) / 100
     else:
       pid = int(re.search(r"Policy number: (\d+)", text).group(1))
       amount = float(re.search(r"Amount claimed: EUR ([\d.]+)", text).group(1))

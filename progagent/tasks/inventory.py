@@ -7,7 +7,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 CATEGORIES = ("tools", "electrical", "plumbing", "garden", "paint", "hardware")
 ITEMS = ("drill hammer wrench saw cable switch socket pipe valve tap hose rake shovel brush roller primer "
@@ -41,28 +43,28 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     i = rng.choice([i for i, k in enumerate(kinds) if not k])
     reports[i] = ON_TIME[2].format(day=rng.choice(DAYS))
     no_delay = [i + 1]
-  B.insert_rows(ctx, "suppliers", [
-      {"id": i + 1, "name": f"{rng.choice(B.LAST)} {rng.choice(('Supply', 'Trading', 'Industrial', 'Wholesale'))} "
+  G.insert_rows(ctx, "suppliers", [
+      {"id": i + 1, "name": f"{rng.choice(G.LAST)} {rng.choice(('Supply', 'Trading', 'Industrial', 'Wholesale'))} "
        f"#{i + 1}", "country": rng.choice(("PT", "ES", "FR", "DE", "PL", "IE")), "lead_days": rng.randint(2, 30),
-       "contact": B.email_of("sales desk", i + 1, "supply.example"), "status_report": reports[i]}
+       "contact": G.email_of("sales desk", i + 1, "supply.example"), "status_report": reports[i]}
       for i in range(n_sup)])
   prods = []
   for i in range(600 * f):
     reorder = rng.randint(10, 60)
     low = rng.random() < 0.05
-    prods.append({"id": i + 1, "sku": f"SKU-{10000 + i}", "name": f"{rng.choice(B.WORDS)} {rng.choice(ITEMS)} {i}",
+    prods.append({"id": i + 1, "sku": f"SKU-{10000 + i}", "name": f"{rng.choice(G.WORDS)} {rng.choice(ITEMS)} {i}",
                   "category": rng.choice(CATEGORIES),
                   "stock": rng.randint(0, reorder - 1) if low else rng.randint(reorder + 1, reorder + 240),
                   "reorder_level": reorder, "unit_cost": round(rng.uniform(0.5, 250), 2),
-                  "supplier_id": rng.randint(1, n_sup), "description": B.sentence(rng, 9)})
+                  "supplier_id": rng.randint(1, n_sup), "description": G.sentence(rng, 9)})
   for p in rng.sample(prods, 3 * f):         # exactly at the reorder level: not below it
     p["stock"] = p["reorder_level"]
   low = [p for p in prods if p["stock"] < p["reorder_level"]]
   p1, p2 = rng.sample(low, 2)
   p1["supplier_id"] = rng.choice([i + 1 for i, k in enumerate(kinds) if k])
   p2["supplier_id"] = rng.choice(no_delay)
-  B.insert_rows(ctx, "products", prods)
-  B.write_docs(ctx, rng, "inventory", ["receiving", "reordering", "safety", "suppliers", "layout"])
+  G.insert_rows(ctx, "products", prods)
+  G.write_docs(ctx, rng, "inventory", ["receiving", "reordering", "safety", "suppliers", "layout"])
   n_files = B.n_data_files(f)
   fmts = ["json", "txt"] + [rng.choice(("csv", "json", "txt")) for _ in range(n_files // 2 - 2)]
   rng.shuffle(fmts)
@@ -72,10 +74,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     if fmt == "csv":
       text = "sku,quantity\n" + "".join(f"{s},{q}\n" for s, q in rows)
     elif fmt == "json":
-      text = json.dumps({"manifest": f"M-{rng.randint(1000, 9999)}", "carrier": rng.choice(B.LAST),
+      text = json.dumps({"manifest": f"M-{rng.randint(1000, 9999)}", "carrier": rng.choice(G.LAST),
                          "lines": [{"sku": s, "qty": q} for s, q in rows]}, indent=1) + "\n"
     else:
-      text = (f"Manifest M-{rng.randint(1000, 9999)}\nReceived: {B.rand_date(rng)}\n" +
+      text = (f"Manifest M-{rng.randint(1000, 9999)}\nReceived: {G.rand_date(rng)}\n" +
               "".join(f"{s}: {q} units\n" for s, q in rows))
     ctx.write(f"shipments/manifest_{j + 1:03d}.{fmt}", text)
   counted = rng.sample(prods, sum(rng.randint(3, 6) for _ in range(n_files - n_files // 2)))
@@ -257,9 +259,9 @@ def _manifest_expected(ctx):
   for rel in ctx.files("shipments"):
     text = ctx.read(rel)
     if rel.endswith(".json"):
-      lines = [(x["sku"], x["qty"]) for x in json.loads(text)["lines"]]
+      lines = [(x["sku"], x["qty"]) for x in read_records(rel, text, key="lines")]
     elif rel.endswith(".csv"):
-      lines = [row.split(",") for row in text.strip().splitlines()[1:]]
+      lines = [(r["sku"], r["quantity"]) for r in read_records(rel, text)]
     else:
       lines = re.findall(r"^(SKU-\d+): (\d+) units", text, re.M)
     for sku, qty in lines:

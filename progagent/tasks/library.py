@@ -7,7 +7,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 GENRES = ("fiction", "mystery", "science", "history", "fantasy", "biography", "poetry", "travel")
 CATALOG_W = (30, 10, 10, 10, 10, 10, 10, 10)   # most titles are fiction (loans follow seeded weights)
@@ -33,7 +35,7 @@ CREATE INDEX loans_book ON loans(book_id);
 
 def _titles(rng: random.Random):
   pairs = [f"The {a} {n}" for a in ADJ for n in NOUN]
-  pairs += [f"{t} of {c}" for t in pairs for c in B.CITIES]
+  pairs += [f"{t} of {c}" for t in pairs for c in G.CITIES]
   rng.shuffle(pairs)
   return pairs
 
@@ -44,7 +46,7 @@ def _isbn(rng):
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   titles = _titles(rng)
-  authors = B.unique_names(rng, 90 * f, exclude=(AUTHOR, DISTRACTOR))
+  authors = G.unique_names(rng, 90 * f, exclude=(AUTHOR, DISTRACTOR))
   books = []
   for i in range(320 * f):
     books.append({"title": titles[i], "author": rng.choice(authors), "genre": rng.choices(GENRES, CATALOG_W)[0],
@@ -66,19 +68,19 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   rng.shuffle(books)
   for i, b in enumerate(books):
     b["id"] = i + 1
-  B.insert_rows(ctx, "books", [{"id": b["id"], **{c: b[c] for c in ("title", "author", "genre", "year", "copies",
+  G.insert_rows(ctx, "books", [{"id": b["id"], **{c: b[c] for c in ("title", "author", "genre", "year", "copies",
                                                                        "isbn")}} for b in books])
   n_mem = 250 * f
-  names = B.unique_names(rng, n_mem)
-  B.insert_rows(ctx, "members", [{"id": i + 1, "name": nm, "email": B.email_of(nm, i + 1), "joined":
-                                  B.rand_date(rng, "2018-01-01", "2023-12-31")} for i, nm in enumerate(names)])
+  names = G.unique_names(rng, n_mem)
+  G.insert_rows(ctx, "members", [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1), "joined":
+                                  G.rand_date(rng, "2018-01-01", "2023-12-31")} for i, nm in enumerate(names)])
   # Which genre is borrowed most differs per seed; fiction titles (the largest shelf) are borrowed least.
   loan_w = [1] + [rng.randint(2, 12) for _ in GENRES[1:]]
   loan_w[rng.randint(1, len(GENRES) - 1)] = rng.randint(8, 14)
   weights = [loan_w[GENRES.index(b["genre"])] for b in books]
   loans = []
   for i in range(1190 * f):
-    d = datetime.date.fromisoformat(B.rand_date(rng, "2024-01-01", "2024-06-28"))
+    d = datetime.date.fromisoformat(G.rand_date(rng, "2024-01-01", "2024-06-28"))
     due = d + datetime.timedelta(days=21)
     returned = None
     if rng.random() < (0.96 if due.isoformat() < B.TODAY else 0.3):
@@ -86,8 +88,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       returned = max(returned, d.isoformat())
     loans.append({"id": i + 1, "book_id": rng.choices(books, weights)[0]["id"], "member_id": rng.randint(1, n_mem),
                   "loan_date": d.isoformat(), "due_date": due.isoformat(), "returned_date": returned})
-  B.insert_rows(ctx, "loans", loans)
-  B.write_docs(ctx, rng, "library", ["lending_rules", "opening_hours", "donations", "events", "staff"])
+  G.insert_rows(ctx, "loans", loans)
+  G.write_docs(ctx, rng, "library", ["lending_rules", "opening_hours", "donations", "events", "staff"])
   # Data files: half donation lists (three formats), half book-drop slips.
   n_files = B.n_data_files(f)
   n_don = n_files // 2
@@ -109,11 +111,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     lst = pool[pos:pos + size]
     pos += size
     donor = rng.choice(names)
-    received = B.rand_date(rng)
+    received = G.rand_date(rng)
     fmt = fmts[j]
     if fmt == "txt":
       text = (f"Donor: {donor}\nReceived: {received}\nTitles:\n" + "".join(f"- {x}\n" for x in lst) +
-              f"\n{B.sentence(rng, 8)}\n")
+              f"\n{G.sentence(rng, 8)}\n")
     elif fmt == "csv":
       text = "title,condition,donor\n" + "".join(f"\"{x}\",{rng.choice(('good', 'fair', 'worn'))},{donor}\n"
                                                  for x in lst)
@@ -283,12 +285,8 @@ def _donated_titles(ctx):
   out = []
   for rel in ctx.files("donations"):
     text = ctx.read(rel)
-    if rel.endswith(".json"):
-      out += [b["title"] for b in json.loads(text)["books"]]
-    elif rel.endswith(".csv"):
-      import csv
-      import io
-      out += [row["title"] for row in csv.DictReader(io.StringIO(text))]
+    if rel.endswith((".json", ".csv")):
+      out += [b["title"] for b in read_records(rel, text, key="books")]
     else:
       out += [ln[2:].strip() for ln in text.splitlines() if ln.startswith("- ")]
   return out

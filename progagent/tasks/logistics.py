@@ -8,6 +8,7 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
 
 STATUSES = ("created", "assigned", "in_transit", "delivered", "exception")
@@ -36,7 +37,7 @@ def _plate(rng):
 
 def _scan_log(rng, s, n_hops):
   """Free-text scan history, newest first: from the origin through intermediate hubs."""
-  cities = [s["origin_city"]] + [rng.choice(B.CITIES) for _ in range(n_hops)]
+  cities = [s["origin_city"]] + [rng.choice(G.CITIES) for _ in range(n_hops)]
   t = datetime.datetime.fromisoformat(s["created"] + "T08:00")
   lines = []
   for c in cities:
@@ -47,10 +48,10 @@ def _scan_log(rng, s, n_hops):
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   depots = []
-  for c in B.CITIES:
+  for c in G.CITIES:
     for area in rng.sample(AREAS, rng.randint(1, 2)):
       depots.append({"id": len(depots) + 1, "name": f"{c} {area}", "city": c})
-  B.insert_rows(ctx, "depots", depots)
+  G.insert_rows(ctx, "depots", depots)
   vehicles = []
   lisbon = [d["id"] for d in depots if d["city"] == "Lisbon"]
   for i in range(40 * f):
@@ -58,20 +59,20 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     vehicles.append({"id": i + 1, "plate": _plate(rng), "depot_id": dep,
                      "capacity_kg": float(rng.choice((800, 1200, 1500, 2000, 3500))),
                      "status": "maintenance" if rng.random() < 0.15 else "active"})
-  B.insert_rows(ctx, "vehicles", vehicles)
+  G.insert_rows(ctx, "vehicles", vehicles)
   active = [v["id"] for v in vehicles if v["status"] == "active"]
   codes = rng.sample(range(10 ** 7, 10 ** 8), 700 * f + 10)
   ships = []
   for i in range(700 * f):
-    created = B.rand_date(rng, "2024-03-01", "2024-06-30")
+    created = G.rand_date(rng, "2024-03-01", "2024-06-30")
     old = created < "2024-06-10"
     if old:
       status = rng.choices(STATUSES, (0, 0, 2, 92, 6))[0]
     else:
       status = rng.choices(STATUSES, (25, 25, 45, 5, 0))[0]
-    origin = rng.choice(B.CITIES)
+    origin = rng.choice(G.CITIES)
     s = {"id": i + 1, "tracking": f"LG{codes[i]}", "origin_city": origin,
-         "dest_city": rng.choice([c for c in B.CITIES if c != origin]), "weight_kg": round(rng.uniform(0.5, 420), 1),
+         "dest_city": rng.choice([c for c in G.CITIES if c != origin]), "weight_kg": round(rng.uniform(0.5, 420), 1),
          "status": status, "vehicle_id": None, "created": created, "promised": _day(created, rng.randint(2, 7)),
          "delivered": None, "scan_log": None}
     if status in ("assigned", "in_transit"):
@@ -99,8 +100,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       s["dest_city"] = "Porto"
   heavy = rng.choice([s for s in ships if s["status"] == "created" and s["origin_city"] == "Lisbon"])
   heavy["weight_kg"] = round(rng.uniform(3600, 5000), 1)
-  B.insert_rows(ctx, "shipments", ships)
-  B.write_docs(ctx, rng, "logistics", ["dispatch_rules", "depots", "claims", "vehicle_care", "contacts"])
+  G.insert_rows(ctx, "shipments", ships)
+  G.write_docs(ctx, rng, "logistics", ["dispatch_rules", "depots", "claims", "vehicle_care", "contacts"])
   # Pickup sheets: today's (to apply) and yesterday's (already applied), in three formats.
   n_files = B.n_data_files(f)
   assigned = [s for s in ships if s["status"] == "assigned"]
@@ -169,7 +170,7 @@ def _set_status(ctx, shipment_id, status):
   return {"id": shipment_id, "status": status, "previous": prev}
 
 
-_CITY = B.p_str("city", B.CITIES)
+_CITY = B.p_str("city", G.CITIES)
 
 TOOLS = (
     B.list_tool("list_shipments", "List shipments {id, tracking, origin_city, dest_city, weight_kg, status, "
@@ -187,7 +188,7 @@ TOOLS = (
                 "filtered.", table="vehicles v JOIN depots d ON d.id = v.depot_id",
                 columns="v.id AS id, v.plate AS plate, d.name AS depot, d.city AS city, v.capacity_kg AS "
                 "capacity_kg, v.status AS status", order_by="v.id", filters=[
-                    B.Filter("city", "d.city = ?", B.p_str("city of the vehicle's depot", B.CITIES)),
+                    B.Filter("city", "d.city = ?", B.p_str("city of the vehicle's depot", G.CITIES)),
                     B.Filter("status", "v.status = ?", B.p_str("vehicle status", ("active", "maintenance")))]),
     B.tool("track_shipment", "The scan history of a shipment: {tracking, log} (free text).", _track,
            required=("tracking",), tracking=B.p_str("tracking code")),

@@ -6,7 +6,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 LINES = ("A", "B", "C", "D")
 MKINDS = ("press", "lathe", "mill", "welder", "oven", "packer")
@@ -48,11 +50,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     machines.append({"id": i + 1, "code": _unique(rng, used, lambda: f"{line}-{rng.randint(100, 999)}"), "line": line,
                      "kind": rng.choice(MKINDS), "status": rng.choice(("running",) * 6 + ("idle",)),
                      "unreachable": rng.choice((0, 0, 1, 2))})
-  B.insert_rows(ctx, "machines", machines)
+  G.insert_rows(ctx, "machines", machines)
   products = [{"id": i + 1, "sku": _unique(rng, used, lambda: f"{rng.choice(LETTERS)}{rng.choice(LETTERS)}-"
                                                               f"{rng.randint(1000, 9999)}"),
                "name": f"{rng.choice(PRODUCTS)} {rng.choice('SMLX')}{rng.randint(1, 99)}"} for i in range(30 * f)]
-  B.insert_rows(ctx, "products", products)
+  G.insert_rows(ctx, "products", products)
   batches = []
 
   def batch(pid, date, qty, defects, machine=None):
@@ -62,44 +64,44 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
 
   for _ in range(700 * f):
     qty = rng.randint(50, 500)
-    batch(rng.randint(1, len(products)), B.rand_date(rng), qty, round(qty * rng.uniform(0, 0.1)))
+    batch(rng.randint(1, len(products)), G.rand_date(rng), qty, round(qty * rng.uniform(0, 0.1)))
   # June: a high-volume but defect-ridden product, and the true leader in good units
   lead, noisy = rng.sample(range(1, len(products) + 1), 2)
   for _ in range(rng.randint(4, 6)):
-    batch(lead, B.rand_date(rng, "2024-06-01", "2024-06-30"), rng.randint(600, 700), rng.randint(0, 10))
+    batch(lead, G.rand_date(rng, "2024-06-01", "2024-06-30"), rng.randint(600, 700), rng.randint(0, 10))
   june = lambda pid, good: sum(b["qty"] - good * b["defects"] for b in batches if b["product_id"] == pid
                                 and b["date"].startswith("2024-06"))
   while june(noisy, 0) <= june(lead, 0) + 200:
     q = rng.randint(600, 900)
-    batch(noisy, B.rand_date(rng, "2024-06-01", "2024-06-30"), q, round(q * rng.uniform(0.45, 0.6)))
+    batch(noisy, G.rand_date(rng, "2024-06-01", "2024-06-30"), q, round(q * rng.uniform(0.45, 0.6)))
   line_b = [m["id"] for m in machines if m["line"] == "B"]
   for _ in range(rng.randint(2, 4) * f):   # small trial batches on line B in May with many defects
     q = rng.randint(20, 40)
-    batch(rng.randint(1, len(products)), B.rand_date(rng, "2024-05-01", "2024-05-31"), q,
+    batch(rng.randint(1, len(products)), G.rand_date(rng, "2024-05-01", "2024-05-31"), q,
           round(q * rng.uniform(0.3, 0.5)), rng.choice(line_b))
   for _ in range(rng.randint(1, 3)):   # May batches exactly at the 8 % limit (not above it)
     q = rng.choice((50, 100, 150, 200, 250))
-    batch(rng.randint(1, len(products)), B.rand_date(rng, "2024-05-01", "2024-05-31"), q, q * 8 // 100)
-  B.insert_rows(ctx, "batches", batches)
+    batch(rng.randint(1, len(products)), G.rand_date(rng, "2024-05-01", "2024-05-31"), q, q * 8 // 100)
+  G.insert_rows(ctx, "batches", batches)
   events = []
   for m in machines:
     for _ in range(rng.randint(6, 12)):
-      day = B.rand_date(rng, "2024-05-20", "2024-06-30")
+      day = G.rand_date(rng, "2024-05-20", "2024-06-30")
       events.append((m["id"], f"{day} {rng.randint(6, 21):02d}:{rng.randint(0, 59):02d}", "INFO", rng.choice(INFO)))
     if rng.random() < 0.35:
-      events.append((m["id"], f"{B.rand_date(rng, '2024-05-20', '2024-06-30')} {rng.randint(6, 21):02d}:"
+      events.append((m["id"], f"{G.rand_date(rng, '2024-05-20', '2024-06-30')} {rng.randint(6, 21):02d}:"
                               f"{rng.randint(0, 59):02d}", "ALARM", rng.choice(ALARMS)))
   line_a = [m for m in machines if m["line"] == "A"]
   alarm_m, horn_m = rng.sample(line_a, 2)
-  events.append((alarm_m["id"], f"{B.rand_date(rng, '2024-06-01', '2024-06-30')} 11:{rng.randint(10, 59)}",
+  events.append((alarm_m["id"], f"{G.rand_date(rng, '2024-06-01', '2024-06-30')} 11:{rng.randint(10, 59)}",
                  "ALARM", rng.choice(ALARMS)))
   horn = [e for e in events if e[0] == horn_m["id"] and e[2] == "ALARM" and e[1].startswith("2024-06")]
   for e in horn:
     events.remove(e)
-  events.append((horn_m["id"], f"{B.rand_date(rng, '2024-06-01', '2024-06-30')} 07:05", "INFO",
+  events.append((horn_m["id"], f"{G.rand_date(rng, '2024-06-01', '2024-06-30')} 07:05", "INFO",
                  "alarm horn test passed"))
   events.sort(key=lambda e: (e[0], e[1]))
-  B.insert_rows(ctx, "machine_events", [{"id": i + 1, "machine_id": e[0], "ts": e[1], "level": e[2], "message": e[3]}
+  G.insert_rows(ctx, "machine_events", [{"id": i + 1, "machine_id": e[0], "ts": e[1], "level": e[2], "message": e[3]}
                                         for i, e in enumerate(events)])
   parts = []
   for i in range(60 * f):
@@ -109,8 +111,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                   "stock": rng.randint(0, level - 1) if rng.random() < 0.2 else rng.randint(level, 4 * level)})
   exact = rng.choice(parts)   # stock equal to the reorder level: not below it
   exact["stock"] = exact["reorder_level"]
-  B.insert_rows(ctx, "parts", parts)
-  B.write_docs(ctx, rng, "manufacturing", ["quality_manual", "safety", "shift_plan", "purchasing", "lines"])
+  G.insert_rows(ctx, "parts", parts)
+  G.write_docs(ctx, rng, "manufacturing", ["quality_manual", "safety", "shift_plan", "purchasing", "lines"])
   # QC verdicts: CSV, JSON and 'key: value' text files in a folder the instructions do not name
   n = B.n_data_files(f)
   fmts = ["csv", "json", "txt"] * n
@@ -122,7 +124,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for j, fmt in enumerate(fmts):
     rows = [(b["batch_no"], k == 0 or rng.random() < 0.2) for k, b in enumerate(picked[6 * j:6 * j + 6])]
     rng.shuffle(rows)
-    who = rng.choice(B.FIRST)
+    who = rng.choice(G.FIRST)
     if fmt == "csv":
       text = "batch,verdict,inspector\n" + "".join(f"{b},{'reject' if r else 'pass'},{who}\n" for b, r in rows)
     elif fmt == "json":
@@ -216,15 +218,7 @@ DOMAIN = B.Domain("manufacturing", "A factory's production lines, machines, batc
 
 # -- oracles
 
-PAGES = """\
-def all_pages(name, **kw):
-    out, offset = [], 0
-    while offset is not None:
-        page = tools[name](limit=200, offset=offset, **kw)
-        out += page["items"]
-        offset = page["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("all_pages", kwargs="kw", rows="out")
 
 DEFECT_RATE = PAGES + """
 rows = all_pages("list_batches", line="B", date_from="2024-05-01", date_to="2024-05-31")
@@ -326,19 +320,16 @@ def _batch_status(ctx):
   return {r["batch_no"]: r["status"] for r in ctx.q("SELECT batch_no, status FROM batches")}
 
 
+# (batch field, verdict field, the rejected value) of a QC sheet, by its format
+_QC_FIELDS = {"csv": ("batch", "verdict", "reject"), "json": ("batch", "result", "rejected"),
+              "txt": ("Batch", "Verdict", "REJECTED")}
+
+
 def _rejected(ctx):
-  import csv
-  import io
   out = set()
   for rel in ctx.files("qa/inbox"):
-    text = ctx.read(rel)
-    if rel.endswith(".csv"):
-      out |= {r["batch"] for r in csv.DictReader(io.StringIO(text)) if r["verdict"] == "reject"}
-    elif rel.endswith(".json"):
-      out |= {r["batch"] for r in json.loads(text)["results"] if r["result"] == "rejected"}
-    else:
-      blocks = [dict(ln.split(": ", 1) for ln in b.splitlines()) for b in text.split("\n\n")[1:]]
-      out |= {b["Batch"] for b in blocks if b["Verdict"] == "REJECTED"}
+    batch, verdict, rejected = _QC_FIELDS[rel.rsplit(".", 1)[-1]]
+    out |= {r[batch] for r in read_records(rel, ctx.read(rel), key="results") if r[verdict] == rejected}
   return sorted(out)
 
 

@@ -9,7 +9,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 GALLERIES = ("Renaissance", "Baroque", "Impressionism", "Modern", "Sculpture Hall", "Photography", "Storage")
 MEDIUMS = ("oil", "watercolour", "ink", "bronze", "marble", "photograph")
@@ -45,24 +47,24 @@ def _provenance(rng: random.Random, year: int, private: bool) -> str:
     elif kind < 0.7:
       owners.append(f"by descent in the artist's family until {min(y, 2020)}")
     else:
-      owners.append(f"church of São {rng.choice(B.LAST)}, {rng.choice(B.CITIES)} ({min(y, 2020)})")
+      owners.append(f"church of São {rng.choice(G.LAST)}, {rng.choice(G.CITIES)} ({min(y, 2020)})")
     y += rng.randint(5, 60)
   if private:
-    name = f"{rng.choice(B.FIRST)} {rng.choice(B.LAST)}"
+    name = f"{rng.choice(G.FIRST)} {rng.choice(G.LAST)}"
     owners.insert(rng.randrange(len(owners) + 1), rng.choice((
-        f"Private Collection of {name}, {rng.choice(B.CITIES)}", f"{name} (private collection), {min(y, 2020)}",
-        f"in a private collection, {rng.choice(B.CITIES)}")))
+        f"Private Collection of {name}, {rng.choice(G.CITIES)}", f"{name} (private collection), {min(y, 2020)}",
+        f"in a private collection, {rng.choice(G.CITIES)}")))
   return "; ".join(owners) + "."
 
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_art, n_works, n_loans = 60 * f, 300 * f, 70 * f
-  names = B.unique_names(rng, n_art)
+  names = G.unique_names(rng, n_art)
   artists = [{"id": i + 1, "name": nm, "nationality": rng.choice(NATIONALITIES), "born": rng.randint(1480, 1985)}
              for i, nm in enumerate(names)]
-  B.insert_rows(ctx, "artists", artists)
+  G.insert_rows(ctx, "artists", artists)
   titles = [f"The {a} {n}" for a in ADJ for n in NOUN]
-  titles += [f"{t} of {c}" for t in titles[:] for c in B.CITIES]
+  titles += [f"{t} of {c}" for t in titles[:] for c in G.CITIES]
   rng.shuffle(titles)
   works, prov = [], []
   p_private = rng.uniform(0.25, 0.45)
@@ -74,7 +76,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       gallery = rng.choice(("Photography", "Storage"))
     else:
       gallery = rng.choices(GALLERIES, (12, 10, 12, 14, 8 if medium in ("bronze", "marble") else 0, 0, 30))[0]
-    acquired = B.rand_date(rng, "1950-01-01", "2024-06-30")
+    acquired = G.rand_date(rng, "1950-01-01", "2024-06-30")
     works.append({"id": i + 1, "accession": f"{acquired[:4]}.{i + 1:04d}", "title": titles[i], "artist_id": a["id"],
                   "year": year, "medium": medium, "gallery": gallery, "value_eur": round(rng.uniform(2e3, 3e6), 2),
                   "acquired": acquired})
@@ -82,19 +84,19 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                  "fails": rng.choices((0, 1, 2), (6, 3, 1))[0]})
   photos = [w for w in works if w["medium"] == "photograph"]
   for w in rng.sample(photos, min(len(photos), rng.randint(2, 4) * f)):   # planted: recent photographs in storage
-    w["gallery"], w["acquired"] = "Storage", B.rand_date(rng, "2015-01-01", "2024-06-30")
+    w["gallery"], w["acquired"] = "Storage", G.rand_date(rng, "2015-01-01", "2024-06-30")
     w["accession"] = f"{w['acquired'][:4]}.{w['id']:04d}"
-  B.insert_rows(ctx, "artworks", works)
-  B.insert_rows(ctx, "provenance", prov)
+  G.insert_rows(ctx, "artworks", works)
+  G.insert_rows(ctx, "provenance", prov)
   loans = []
   for aw in rng.sample(works, n_loans):
-    start = datetime.date.fromisoformat(B.rand_date(rng, "2023-01-01", "2024-06-15"))
+    start = datetime.date.fromisoformat(G.rand_date(rng, "2023-01-01", "2024-06-15"))
     end = start + datetime.timedelta(days=rng.randint(60, 300))
     status = "active" if end.isoformat() >= B.TODAY or rng.random() < 0.35 else "returned"
     loans.append({"id": 501 + len(loans), "artwork_id": aw["id"], "borrower": rng.choice(BORROWERS),
                   "start": start.isoformat(), "end": end.isoformat(), "status": status})
-  B.insert_rows(ctx, "loans", loans)
-  B.write_docs(ctx, rng, "museum", ["collections_policy", "loans", "conservation", "visitor_services", "security"])
+  G.insert_rows(ctx, "loans", loans)
+  G.write_docs(ctx, rng, "museum", ["collections_policy", "loans", "conservation", "visitor_services", "security"])
   # condition reports: 4 * f files in three formats; each artwork is reported at most once
   k = B.n_data_files(f)
   fmts = ["csv", "json", "txt"] + [rng.choice(("csv", "json", "txt")) for _ in range(k - 3)]
@@ -105,7 +107,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     items = pool[7 * j:7 * j + rng.randint(4, 7)]
     grades = [rng.choices(("good", "fair", "poor"), (1 - p_poor - 0.3, 0.3, p_poor))[0] for _ in items]
     grades[rng.randrange(len(items))] = "poor"
-    inspector, date = f"{rng.choice(B.FIRST)} {rng.choice(B.LAST)}", B.rand_date(rng, "2024-04-01", "2024-06-28")
+    inspector, date = f"{rng.choice(G.FIRST)} {rng.choice(G.LAST)}", G.rand_date(rng, "2024-04-01", "2024-06-28")
     if fmt == "csv":
       buf = io.StringIO()
       w = csv.writer(buf, lineterminator="\n")
@@ -115,11 +117,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = buf.getvalue()
     elif fmt == "json":
       text = json.dumps({"inspector": inspector, "date": date, "objects": [
-          {"accession": aw["accession"], "state": g, "remarks": B.sentence(rng, 6)} for aw, g in zip(items, grades)]},
+          {"accession": aw["accession"], "state": g, "remarks": G.sentence(rng, 6)} for aw, g in zip(items, grades)]},
                         indent=2, ensure_ascii=False) + "\n"
     else:
       text = f"Condition survey by {inspector} on {date}\n\n" + "\n".join(
-          f"Object: {aw['title']}\nCondition: {g.capitalize()}\nNote: {B.sentence(rng, 6)}\n"
+          f"Object: {aw['title']}\nCondition: {g.capitalize()}\nNote: {G.sentence(rng, 6)}\n"
           for aw, g in zip(items, grades))
     ctx.write(f"conservation/survey_{j + 1:03d}.{fmt}", text)
 
@@ -204,15 +206,7 @@ DOMAIN = B.Domain("museum", "An art museum's collection, outgoing loans, provena
 
 # -- tasks
 
-ALL = """\
-def fetch(tool_name, **kw):
-    out, off = [], 0
-    while off is not None:
-        page = tools[tool_name](offset=off, limit=200, **kw)
-        out += page["items"]
-        off = page["next_offset"]
-    return out
-"""
+ALL = B.paging_prelude("fetch", tool="tool_name", kwargs="kw", rows="out", offset="off", limit_first=False)
 
 ACQUIRED = ALL + """\
 works = fetch("list_artworks", acquired_from="2023-01-01", acquired_to="2023-12-31")
@@ -333,15 +327,13 @@ def _condition_expected(ctx):
   by_acc = {r["accession"]: r["id"] for r in ctx.q("SELECT id, accession FROM artworks")}
   by_title = {r["title"]: r["id"] for r in ctx.q("SELECT id, title FROM artworks")}
   for rel in ctx.files("conservation"):
-    text = ctx.read(rel)
+    recs = read_records(rel, ctx.read(rel), key="objects")
     if rel.endswith(".csv"):
-      ids = [int(r["artwork_id"]) for r in csv.DictReader(io.StringIO(text)) if r["condition"].lower() == "poor"]
+      ids = [int(r["artwork_id"]) for r in recs if r["condition"].lower() == "poor"]
     elif rel.endswith(".json"):
-      ids = [by_acc[o["accession"]] for o in json.loads(text)["objects"] if o["state"] == "poor"]
+      ids = [by_acc[o["accession"]] for o in recs if o["state"] == "poor"]
     else:
-      blocks = [dict(line.split(": ", 1) for line in b.strip().splitlines())
-                for b in text.split("\n\n")[1:] if b.strip()]
-      ids = [by_title[b["Object"]] for b in blocks if b["Condition"].lower() == "poor"]
+      ids = [by_title[b["Object"]] for b in recs if b["Condition"].lower() == "poor"]
     for i in ids:
       want[i] = "Storage"
   return want

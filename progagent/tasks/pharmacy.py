@@ -7,7 +7,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 GENERICS = {   # drug class -> generic names
     "penicillin": ("Amoxicillin", "Ampicillin", "Penicillin V"),
@@ -52,18 +54,18 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   drugs = [{"id": i + 1, "name": f"{g} {s} mg {m}", "drug_class": c, "form": rng.choice(FORMS),
             "stock": rng.randint(0, 600), "unit_price": round(rng.uniform(0.05, 9.5), 2),
             "controlled": int(c in CONTROLLED)} for i, (c, g, s, m) in enumerate(picks)]
-  B.insert_rows(ctx, "drugs", drugs)
+  G.insert_rows(ctx, "drugs", drugs)
   n_pat = 300 * f
-  names = B.unique_names(rng, n_pat)
+  names = G.unique_names(rng, n_pat)
   patients = []
   for i, nm in enumerate(names):
     al = [a for a in ALLERGENS if rng.random() < 0.07] + [x for x in ("latex", "peanuts") if rng.random() < 0.05]
-    patients.append({"id": i + 1, "name": nm, "birth": B.rand_date(rng, "1940-01-01", "2010-12-31"),
+    patients.append({"id": i + 1, "name": nm, "birth": G.rand_date(rng, "1940-01-01", "2010-12-31"),
                      "allergies": "; ".join(al) if al else "none"})
-  doctors = [f"Dr. {n}" for n in B.unique_names(rng, 12)]
+  doctors = [f"Dr. {n}" for n in G.unique_names(rng, 12)]
   rxs = []
   for i in range(900 * f):
-    d = B.rand_date(rng, "2024-01-01", "2024-06-30")
+    d = G.rand_date(rng, "2024-01-01", "2024-06-30")
     status = "open" if rng.random() < (0.04 if d < "2024-06-01" else 0.5) else rng.choice(("filled",) * 9 +
                                                                                              ("cancelled",))
     rxs.append({"id": i + 1, "patient_id": rng.randint(1, n_pat), "drug_id": rng.randint(1, len(drugs)),
@@ -89,9 +91,9 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   short = rng.choice(backlog)
   drugs[short["drug_id"] - 1]["stock"] = 0
   ctx.exec("UPDATE drugs SET stock = 0 WHERE id = ?", short["drug_id"])
-  B.insert_rows(ctx, "patients", patients)
-  B.insert_rows(ctx, "prescriptions", rxs)
-  B.write_docs(ctx, rng, "pharmacy", ["dispensing_rules", "controlled_drugs", "recalls", "opening_hours", "staff"])
+  G.insert_rows(ctx, "patients", patients)
+  G.insert_rows(ctx, "prescriptions", rxs)
+  G.write_docs(ctx, rng, "pharmacy", ["dispensing_rules", "controlled_drugs", "recalls", "opening_hours", "staff"])
   recalled = rng.sample(drugs, B.n_data_files(f))
   fmts = ["json", "csv", "txt"] + [rng.choice(("csv", "json", "txt")) for _ in range(len(recalled) - 3)]
   rng.shuffle(fmts)
@@ -106,11 +108,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     if fmt == "csv":
       text = f"product,lot,reason\n{name},{lot},{rng.choice(('contamination', 'mislabelling', 'potency'))}\n"
     elif fmt == "json":
-      text = json.dumps({"recall": {"product": name, "lot": lot, "issued": B.rand_date(rng, "2024-06-01")}},
+      text = json.dumps({"recall": {"product": name, "lot": lot, "issued": G.rand_date(rng, "2024-06-01")}},
                         indent=1) + "\n"
     else:
-      text = f"RECALL NOTICE\nProduct: {name}\nLot: {lot}\nIssued: {B.rand_date(rng, '2024-06-01')}\n" \
-             f"{B.sentence(rng, 10)}\n"
+      text = f"RECALL NOTICE\nProduct: {name}\nLot: {lot}\nIssued: {G.rand_date(rng, '2024-06-01')}\n" \
+             f"{G.sentence(rng, 10)}\n"
     ctx.write(f"notices/recalls/recall_{j + 1:03d}.{fmt}", text)
 
 
@@ -335,18 +337,10 @@ def _backlog_check(ctx, e, a):
 
 
 def _recalls(ctx):
-  import csv
-  import io
-  import re
   names = []
   for rel in ctx.files("notices/recalls"):
-    text = ctx.read(rel)
-    if rel.endswith(".json"):
-      names.append(json.loads(text)["recall"]["product"])
-    elif rel.endswith(".csv"):
-      names += [row["product"] for row in csv.DictReader(io.StringIO(text))]
-    else:
-      names += re.findall(r"^Product: (.+)$", text, re.M)
+    field = "product" if rel.endswith((".json", ".csv")) else "Product"   # JSON, CSV or "Key: value" text
+    names += [r[field] for r in read_records(rel, ctx.read(rel), key="recall")]
   out = set()
   for n in names:
     out |= {r["name"] for r in ctx.q("SELECT p.name FROM prescriptions r JOIN drugs d ON d.id = r.drug_id JOIN "

@@ -8,7 +8,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 KINDS = ("apartment", "house", "studio")
 PROP_STATUSES = ("listed", "under_offer", "sold")
@@ -40,14 +42,14 @@ def _area_m2(text: str) -> float:
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_agents = 12 * f
-  agents = [{"id": i + 1, "name": nm, "office": rng.choice(B.CITIES), "commission_pct": rng.randint(18, 35) / 10}
-            for i, nm in enumerate(B.unique_names(rng, n_agents))]
+  agents = [{"id": i + 1, "name": nm, "office": rng.choice(G.CITIES), "commission_pct": rng.randint(18, 35) / 10}
+            for i, nm in enumerate(G.unique_names(rng, n_agents))]
   addresses = [f"{n} {s} {x}" for n in range(1, 200) for s in STREETS for x in SUFFIXES]
   rng.shuffle(addresses)
   props = []
 
   def add(city=None, kind=None, status=None, bedrooms=None, price=None, sqft=None):
-    city = city or rng.choice(B.CITIES)
+    city = city or rng.choice(G.CITIES)
     kind = kind or rng.choices(KINDS, (50, 35, 15))[0]
     if bedrooms is None:
       bedrooms = 0 if kind == "studio" else rng.randint(1, 4) if kind == "apartment" else rng.randint(2, 6)
@@ -56,8 +58,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     area = f"{round(m2 / SQFT_M2)} sq ft" if sqft else f"{m2} m2"
     price = price or round(m2 * RATE[city] * rng.uniform(0.8, 1.25), -3)
     status = status or rng.choices(PROP_STATUSES, (50, 15, 35))[0]
-    listed = B.rand_date(rng, "2023-09-01", "2024-06-15")
-    sold = B.rand_date(rng, max(listed, "2024-01-01"), "2024-06-30") if status == "sold" else None
+    listed = G.rand_date(rng, "2023-09-01", "2024-06-15")
+    sold = G.rand_date(rng, max(listed, "2024-01-01"), "2024-06-30") if status == "sold" else None
     props.append({"id": len(props) + 1, "address": f"{addresses[len(props)]}, {city}", "city": city, "kind": kind,
                   "bedrooms": bedrooms, "area": area, "price": int(price), "status": status,
                   "agent_id": rng.randint(1, n_agents), "listed_date": listed, "sold_date": sold,
@@ -79,20 +81,20 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   sums = {a["id"]: sum(p["sold_price"] for p in q2 if p["agent_id"] == a["id"]) for a in agents}
   while sums[volume["id"]] < max(v for a, v in sums.items() if a != volume["id"]) + 50000:
     p = add(status="sold")
-    p["agent_id"], p["sold_date"] = volume["id"], B.rand_date(rng, "2024-04-01", "2024-06-30")
+    p["agent_id"], p["sold_date"] = volume["id"], G.rand_date(rng, "2024-04-01", "2024-06-30")
     p["listed_date"] = min(p["listed_date"], p["sold_date"])
     sums[volume["id"]] += p["sold_price"]
-  B.insert_rows(ctx, "agents", agents)
-  B.insert_rows(ctx, "properties", props)
-  buyers = B.unique_names(rng, 150 * f)
+  G.insert_rows(ctx, "agents", agents)
+  G.insert_rows(ctx, "properties", props)
+  buyers = G.unique_names(rng, 150 * f)
   offers = []
   open_props = [p for p in props if p["status"] != "sold"]
 
   def offer(p, ratio, status, expires=None):
-    d = B.rand_date(rng, "2024-04-01", "2024-06-30")
+    d = G.rand_date(rng, "2024-04-01", "2024-06-30")
     offers.append({"id": len(offers) + 1, "property_id": p["id"], "buyer": rng.choice(buyers),
                    "amount": int(round(p["price"] * ratio, -2)), "date": d,
-                   "expires": expires or B.rand_date(rng, "2024-07-02", "2024-08-31"), "status": status})
+                   "expires": expires or G.rand_date(rng, "2024-07-02", "2024-08-31"), "status": status})
 
   for _ in range(450 * f):
     p = rng.choice(open_props)
@@ -101,13 +103,13 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   full = rng.sample(listed, rng.randint(3, 5))
   for j, p in enumerate(full):    # full-price offers; the first one or two have expired
     offer(p, rng.uniform(1.0, 1.06), "pending",
-          B.rand_date(rng, "2024-06-10", "2024-06-30") if j < 1 + (len(full) > 3) else None)
+          G.rand_date(rng, "2024-06-10", "2024-06-30") if j < 1 + (len(full) > 3) else None)
   offer(rng.choice([p for p in props if p["status"] == "under_offer"]), 1.02, "pending")   # not listed any more
   rng.shuffle(offers)
   for i, o in enumerate(offers):
     o["id"] = i + 1
-  B.insert_rows(ctx, "offers", offers)
-  B.write_docs(ctx, rng, "realestate", ["listing_rules", "commission", "inspections", "offers", "contacts"])
+  G.insert_rows(ctx, "offers", offers)
+  G.write_docs(ctx, rng, "realestate", ["listing_rules", "commission", "inspections", "offers", "contacts"])
   k = B.n_data_files(f)
   fmts = ["txt", "json", "csv", rng.choice(("txt", "json", "csv"))] + [rng.choice(("txt", "json", "csv"))
                                                                         for _ in range(k - 4)]
@@ -224,15 +226,7 @@ TOOLS = (
 
 DOMAIN = B.Domain("realestate", "An estate agency's listings, agents and buyers' offers.", SCHEMA, generate, TOOLS)
 
-PAGES = """\
-def fetch(tool, **kw):
-    out, off = [], 0
-    while off is not None:
-        p = tools[tool](limit=200, offset=off, **kw)
-        out += p["items"]
-        off = p["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("fetch", tool="tool", kwargs="kw", rows="out", offset="off", page="p")
 
 CHEAPEST = PAGES + """\
 props = fetch("list_properties", city="Porto", status="listed", min_bedrooms=3)
@@ -332,10 +326,10 @@ def _inspect(ctx):
   for rel in ctx.files("inspections"):
     text = ctx.read(rel)
     if rel.endswith(".json"):
-      severe |= {i["property_id"] for i in json.loads(text)["inspections"]
+      severe |= {i["property_id"] for i in read_records(rel, text, key="inspections")
                  if any(x["severity"] == "severe" for x in i["findings"])}
     elif rel.endswith(".csv"):
-      severe |= {int(line.split(",")[0]) for line in text.splitlines()[1:] if line.endswith(",severe")}
+      severe |= {int(r["property_id"]) for r in read_records(rel, text) if r["severity"] == "severe"}
     else:
       for block in text.split("Property #")[1:]:
         if "SEVERE" in block:

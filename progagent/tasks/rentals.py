@@ -8,7 +8,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 CITIES = ("Lisbon", "Porto", "Braga", "Faro")
 MONTHS = ("2024-01", "2024-02", "2024-03", "2024-04", "2024-05", "2024-06")
@@ -42,24 +44,24 @@ def _addendum(rng: random.Random, fmt: str, p: dict, new: float, status: str) ->
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_prop = 220 * f
-  props = [{"id": i + 1, "address": f"{rng.randint(1, 400)} {rng.choice(B.LAST)} Avenue, unit {i + 1}",
+  props = [{"id": i + 1, "address": f"{rng.randint(1, 400)} {rng.choice(G.LAST)} Avenue, unit {i + 1}",
             "city": CITIES[i % 4] if i < 8 else rng.choice(CITIES), "bedrooms": rng.randint(1, 4),
-            "monthly_rent": float(rng.randint(60, 250) * 10), "notes": B.sentence(rng, 10)} for i in range(n_prop)]
-  B.insert_rows(ctx, "properties", props)
-  names = B.unique_names(rng, 2 * n_prop)
+            "monthly_rent": float(rng.randint(60, 250) * 10), "notes": G.sentence(rng, 10)} for i in range(n_prop)]
+  G.insert_rows(ctx, "properties", props)
+  names = G.unique_names(rng, 2 * n_prop)
   p_former, p_let, p_july = 0.3, 0.85, rng.uniform(0.04, 0.1)
   tenants, payments = [], []
   vacant = rng.choice([p["id"] for p in props if p["city"] == "Porto"])   # planted: only a former tenant
   for p in props:
     if rng.random() < p_former or p["id"] == vacant:   # a former tenant, lease ended in the spring
       i = len(tenants)
-      tenants.append({"id": i + 1, "name": names[i], "email": B.email_of(names[i], i + 1), "property_id": p["id"],
+      tenants.append({"id": i + 1, "name": names[i], "email": G.email_of(names[i], i + 1), "property_id": p["id"],
                       "lease_start": "2023-03-01", "lease_end": rng.choice(("2024-02-29", "2024-03-31", "2024-04-30"))})
     if rng.random() < p_let and p["id"] != vacant:
       i = len(tenants)
       start = rng.choice(("2022-09-01", "2023-01-01", "2023-06-01", "2024-01-01", "2024-05-01", "2024-07-01"))
       end = "2024-07-31" if rng.random() < p_july and start < "2024-07-01" else "2025-06-30"
-      tenants.append({"id": i + 1, "name": names[i], "email": B.email_of(names[i], i + 1), "property_id": p["id"],
+      tenants.append({"id": i + 1, "name": names[i], "email": G.email_of(names[i], i + 1), "property_id": p["id"],
                       "lease_start": start, "lease_end": end})
   for t in tenants:
     rent = props[t["property_id"] - 1]["monthly_rent"]
@@ -72,9 +74,9 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for m in ("2024-05", "2024-06"):   # planted: some payments made exactly on the deadline (the 5th)
     for pay in rng.sample([x for x in payments if x["month"] == m], rng.randint(1, 3) * f):
       pay["paid_date"] = f"{m}-05"
-  B.insert_rows(ctx, "tenants", tenants)
-  B.insert_rows(ctx, "payments", payments)
-  B.write_docs(ctx, rng, "rentals", ["leasing", "late_fees", "maintenance", "inspections", "owners"])
+  G.insert_rows(ctx, "tenants", tenants)
+  G.insert_rows(ctx, "payments", payments)
+  G.write_docs(ctx, rng, "rentals", ["leasing", "late_fees", "maintenance", "inspections", "owners"])
   k = B.n_data_files(f)
   fmts = ["txt", "json", "csv"] + [rng.choice(("txt", "json", "csv")) for _ in range(k - 3)]
   rng.shuffle(fmts)
@@ -150,15 +152,7 @@ DOMAIN = B.Domain("rentals", "A letting agency's properties, tenants and rent pa
 
 # -- tasks
 
-ALL = """\
-def fetch(tool_name, **kw):
-    out, off = [], 0
-    while off is not None:
-        page = tools[tool_name](offset=off, limit=200, **kw)
-        out += page["items"]
-        off = page["next_offset"]
-    return out
-"""
+ALL = B.paging_prelude("fetch", tool="tool_name", kwargs="kw", rows="out", offset="off", limit_first=False)
 
 UNPAID = ALL + """\
 rows = fetch("list_tenants", starts_on_or_before="2024-06-01", ends_on_or_after="2024-06-30", unpaid_month="2024-06")
@@ -250,16 +244,13 @@ def _addenda_expected(ctx):
   want = _rents(ctx)
   ids = {r["address"]: r["id"] for r in ctx.q("SELECT id, address FROM properties")}
   for rel in ctx.files("addenda"):
-    text = ctx.read(rel)
+    d = read_records(rel, ctx.read(rel))[0]
     if rel.endswith(".json"):
-      d = json.loads(text)
       pid, new, status = d["property_id"], float(d["rent"]["monthly"]), d["state"]
     elif rel.endswith(".csv"):
-      row = next(csv.DictReader(io.StringIO(text)))
-      pid, new, status = ids[row["address"]], float(row["new_rent_eur"]), row["status"]
+      pid, new, status = ids[d["address"]], float(d["new_rent_eur"]), d["status"]
     else:
-      fields = dict(line.split(": ", 1) for line in text.strip().splitlines())
-      pid, new, status = ids[fields["Property"]], float(fields["New monthly rent"]), fields["Status"]
+      pid, new, status = ids[d["Property"]], float(d["New monthly rent"]), d["Status"]
     if status.lower() == "signed":
       want[pid] = new
   return want

@@ -9,7 +9,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 CATEGORIES = ("starter", "main", "dessert", "side", "drink")
 DISHES = {
@@ -71,10 +73,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   cat, pct = rng.choice(CATEGORIES), rng.randint(3, 12)   # the price memo: one item of the category is off the menu
   in_cat = rng.sample([m for m in menu if m["category"] == cat], 2)
   in_cat[0]["active"], in_cat[1]["active"] = 0, 1
-  B.insert_rows(ctx, "menu_items", menu)
+  G.insert_rows(ctx, "menu_items", menu)
   tables = [{"id": i + 1, "seats": rng.choice((2, 2, 4, 4, 4, 6, 8)), "area": rng.choice(AREAS)} for i in range(15 * f)]
-  B.insert_rows(ctx, "tables", tables)
-  guests = B.unique_names(rng, 300 * f)
+  G.insert_rows(ctx, "tables", tables)
+  guests = G.unique_names(rng, 300 * f)
   used: set = set()
   res: list[dict] = []
 
@@ -97,7 +99,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     return res[-1]
 
   for _ in range(420 * f):
-    d = B.rand_date(rng, "2024-06-15", "2024-07-31")
+    d = G.rand_date(rng, "2024-06-15", "2024-07-31")
     st = (rng.choices(("seated", "cancelled"), (85, 15))[0] if d < B.TODAY else
           rng.choices(("pending", "confirmed", "cancelled"), (30, 60, 10))[0])
     add(d, st)
@@ -113,25 +115,25 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for r in rng.sample(taken, min(len(taken), rng.randint(1, 3))):   # pending ones that clash with a confirmed one
     extra = add(CONFIRM_DATE, "cancelled", r["table_id"], r["time"])
     extra["status"] = "pending"
-  B.insert_rows(ctx, "reservations", res)
-  servers = B.unique_names(rng, 8)
+  G.insert_rows(ctx, "reservations", res)
+  servers = G.unique_names(rng, 8)
   star, volume = rng.sample(servers, 2)     # the best tipped server; the one with the biggest sales
   orders = []
   for i in range(600 * f):
     s, total = rng.choice(servers), round(rng.uniform(15, 260), 2)
-    d = B.rand_date(rng, "2024-01-02", "2024-06-30")
+    d = G.rand_date(rng, "2024-01-02", "2024-06-30")
     rate = rng.uniform(0.12, 0.25) if s == star else rng.uniform(0.0, 0.18) if s != volume else rng.uniform(0, 0.05)
     orders.append({"id": i + 1, "date": d, "table_id": rng.randint(1, len(tables)), "server": s, "total": total,
                    "tip": round(total * rate, 2)})
   june = {s: sum(o["total"] for o in orders if o["server"] == s and o["date"] >= "2024-06-01") for s in servers}
   while june[volume] < max(v for k, v in june.items() if k != volume) + 100:
     total = round(rng.uniform(180, 260), 2)
-    orders.append({"id": len(orders) + 1, "date": B.rand_date(rng, "2024-06-01", "2024-06-30"),
+    orders.append({"id": len(orders) + 1, "date": G.rand_date(rng, "2024-06-01", "2024-06-30"),
                    "table_id": rng.randint(1, len(tables)), "server": volume, "total": total,
                    "tip": round(total * rng.uniform(0, 0.03), 2)})
     june[volume] += total
-  B.insert_rows(ctx, "orders", orders)
-  B.insert_rows(ctx, "suppliers", [{"name": s, "min_order": rng.randint(6, 25)} for s in SUPPLIERS])
+  G.insert_rows(ctx, "orders", orders)
+  G.insert_rows(ctx, "suppliers", [{"name": s, "min_order": rng.randint(6, 25)} for s in SUPPLIERS])
   names = [f"{q}{b.replace('-', ' ')}" for q, b in itertools.product(QUALIFIERS, INGREDIENTS)]
   rng.shuffle(names)
   ingr = []
@@ -145,8 +147,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   small = rng.choice([e for e in ingr if e["stock"] >= e["reorder_level"]])   # 2 x level - stock below any minimum
   small["reorder_level"] = rng.randint(3, 4)
   small["stock"] = small["reorder_level"] - 1
-  B.insert_rows(ctx, "ingredients", ingr)
-  B.write_docs(ctx, rng, "restaurant", ["service", "allergens", "suppliers", "hygiene", "staff_rota"])
+  G.insert_rows(ctx, "ingredients", ingr)
+  G.write_docs(ctx, rng, "restaurant", ["service", "allergens", "suppliers", "hygiene", "staff_rota"])
   ctx.write("memos/price_memo.txt", f"Management memo\n\nFrom next week every active {cat} on the menu goes up by "
             f"{pct} percent (new price rounded to the nearest cent). Items that are off the menu keep their "
             f"price.\nRecord every change in reports/price_changes.csv.\n")
@@ -250,15 +252,7 @@ TOOLS = (
 DOMAIN = B.Domain("restaurant", "A restaurant's menu, reservations, orders and kitchen stock.", SCHEMA, generate,
                   TOOLS)
 
-PAGES = """\
-def fetch(tool, **kw):
-    out, off = [], 0
-    while off is not None:
-        p = tools[tool](limit=200, offset=off, **kw)
-        out += p["items"]
-        off = p["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("fetch", tool="tool", kwargs="kw", rows="out", offset="off", page="p")
 
 OVERSIZE = PAGES + """\
 ids = [r["id"] for r in fetch("list_reservations", date="2024-07-06", status="confirmed")
@@ -352,7 +346,7 @@ def _allergen(ctx):
   for rel in ctx.files("recipes"):
     text = ctx.read(rel)
     if rel.endswith(".json"):
-      peanut |= {c["dish"] for c in json.loads(text) if any("peanut" in i for i in c["ingredients"])}
+      peanut |= {c["dish"] for c in read_records(rel, text) if any("peanut" in i for i in c["ingredients"])}
     elif rel.endswith(".csv"):
       peanut |= {line.split(",")[0] for line in text.splitlines()[1:] if "peanut" in line}
     else:

@@ -7,7 +7,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 STATUSES = ("pending", "shipped", "delivered", "cancelled", "refunded")
 TIERS = ("bronze", "silver", "gold")
@@ -27,30 +29,30 @@ CREATE INDEX orders_customer ON orders(customer_id);
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_cust, n_orders = 90 * f, 690 * f
-  names = B.unique_names(rng, n_cust)
-  customers = [{"id": i + 1, "name": nm, "email": B.email_of(nm, i + 1), "city": rng.choice(B.CITIES),
-                "tier": rng.choices(TIERS, (5, 3, 2))[0], "joined": B.rand_date(rng, "2020-01-01", "2023-12-31"),
-                "address": f"{rng.randint(1, 300)} {rng.choice(B.LAST)} Street"} for i, nm in enumerate(names)]
+  names = G.unique_names(rng, n_cust)
+  customers = [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1), "city": rng.choice(G.CITIES),
+                "tier": rng.choices(TIERS, (5, 3, 2))[0], "joined": G.rand_date(rng, "2020-01-01", "2023-12-31"),
+                "address": f"{rng.randint(1, 300)} {rng.choice(G.LAST)} Street"} for i, nm in enumerate(names)]
   customers[rng.randrange(n_cust)]["tier"] = "gold"
   # The distractor of top_gold_customer: a big spender who is not gold (which one and how much: seeded).
   big = rng.choice([c for c in customers if c["tier"] != "gold"])
-  B.insert_rows(ctx, "customers", customers)
+  G.insert_rows(ctx, "customers", customers)
   weights = (rng.randint(12, 24), rng.randint(15, 25), 45, 10, 5)   # the share of pending orders varies
   orders = []
   extra = rng.randint(0, 60) * f   # recent large pending orders (seeded count), in place of ordinary ones
   for i in range(n_orders - extra):
     orders.append({"id": 1001 + i, "customer_id": rng.randint(1, n_cust),
                    "status": rng.choices(STATUSES, weights)[0],
-                   "total": round(rng.uniform(5, 950), 2), "created": B.rand_date(rng, "2023-10-01", "2024-06-30"),
-                   "note": B.sentence(rng, 5)})
+                   "total": round(rng.uniform(5, 950), 2), "created": G.rand_date(rng, "2023-10-01", "2024-06-30"),
+                   "note": G.sentence(rng, 5)})
   for _ in range(extra):
     orders.append({"id": 1001 + len(orders), "customer_id": rng.randint(1, n_cust), "status": "pending",
-                   "total": round(rng.uniform(500.01, 950), 2), "created": B.rand_date(rng, "2024-03-01"),
-                   "note": B.sentence(rng, 5)})
+                   "total": round(rng.uniform(500.01, 950), 2), "created": G.rand_date(rng, "2024-03-01"),
+                   "note": G.sentence(rng, 5)})
   for _ in range(rng.randint(2, 4) * f):
     orders.append({"id": 1001 + len(orders), "customer_id": big["id"], "status": "delivered",
-                   "total": round(rng.uniform(1800, 2600), 2), "created": B.rand_date(rng), "note": "bulk order"})
-  B.insert_rows(ctx, "orders", orders)
+                   "total": round(rng.uniform(1800, 2600), 2), "created": G.rand_date(rng), "note": "bulk order"})
+  G.insert_rows(ctx, "orders", orders)
   # Carrier tracking of shipped orders; a seeded handful of the June shipments are lost (and a few older).
   shipped = [o for o in orders if o["status"] == "shipped"]
   june = [o["id"] for o in shipped if o["created"] >= JUNE]
@@ -59,11 +61,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   track = []
   for o in shipped:
     state = "lost" if o["id"] in lost else rng.choices(("transit", "delayed"), (3, 1))[0]
-    track.append({"order_id": o["id"], "state": state, "place": rng.choice(B.CITIES),
-                  "eta": B.rand_date(rng, "2024-07-02", "2024-07-20"),
+    track.append({"order_id": o["id"], "state": state, "place": rng.choice(G.CITIES),
+                  "eta": G.rand_date(rng, "2024-07-02", "2024-07-20"),
                   "busy": 1 if o["id"] in lost and o["created"] >= JUNE else rng.choice((0, 0, 1, 2))})
-  B.insert_rows(ctx, "tracking", track)
-  B.write_docs(ctx, rng, "retail", ["returns_policy", "shipping", "tiers", "faq", "contacts"])
+  G.insert_rows(ctx, "tracking", track)
+  G.write_docs(ctx, rng, "retail", ["returns_policy", "shipping", "tiers", "faq", "contacts"])
   # Refund requests: one per file, in three formats; a seeded number of them concern delivered orders.
   delivered = [o["id"] for o in orders if o["status"] == "delivered"]
   other = [o["id"] for o in orders if o["status"] in ("pending", "shipped", "cancelled")]
@@ -77,12 +79,12 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     stem = f"inbox/refund_requests/request_{j + 1:03d}"
     if fmt == 0:
       ctx.write(f"{stem}.txt", f"From: {cust['email']}\nSubject: refund request\n\nHello, I would like a refund "
-                f"for order #{oid}. {B.sentence(rng, 10)}\nRegards, {cust['name']}\n")
+                f"for order #{oid}. {G.sentence(rng, 10)}\nRegards, {cust['name']}\n")
     elif fmt == 1:
       ctx.write(f"{stem}.json", json.dumps({"customer_email": cust["email"], "order_id": oid,
-                                            "reason": B.sentence(rng, 6)}, indent=1) + "\n")
+                                            "reason": G.sentence(rng, 6)}, indent=1) + "\n")
     else:
-      ctx.write(f"{stem}.csv", f"customer,order,reason\n{cust['email']},{oid},{B.sentence(rng, 5)}\n")
+      ctx.write(f"{stem}.csv", f"customer,order,reason\n{cust['email']},{oid},{G.sentence(rng, 5)}\n")
 
 
 # -- tools
@@ -281,9 +283,9 @@ def _top_gold(ctx):
 
 def _request_order(rel, text):
   if rel.endswith(".json"):
-    return int(json.loads(text)["order_id"])
+    return int(read_records(rel, text)[0]["order_id"])
   if rel.endswith(".csv"):
-    return int(text.splitlines()[1].split(",")[1])
+    return int(read_records(rel, text)[0]["order"])
   return int(re.search(r"#(\d+)", text).group(1))
 
 

@@ -8,7 +8,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 SUBJECTS = (("MA", "Mathematics"), ("PH", "Physics"), ("CH", "Chemistry"), ("BI", "Biology"), ("EN", "English"),
             ("HI", "History"), ("EC", "Economics"), ("PS", "Psychology"), ("GE", "Geography"), ("AR", "Art"),
@@ -50,8 +52,8 @@ def _plant_mean(rng: random.Random, rows: list[dict], total_delta: int) -> None:
 
 def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   courses = _course_list(rng)
-  teachers = B.unique_names(rng, N_COURSES)
-  B.insert_rows(ctx, "courses", [{"id": i + 1, "code": c, "title": t, "teacher": teachers[i],
+  teachers = G.unique_names(rng, N_COURSES)
+  G.insert_rows(ctx, "courses", [{"id": i + 1, "code": c, "title": t, "teacher": teachers[i],
                                   "room": f"R{rng.randint(100, 399)}"} for i, (c, t) in enumerate(courses)])
   ids = list(range(1, N_COURSES + 1))
   cs101 = 1 + [c for c, _ in courses].index("CS101")
@@ -59,8 +61,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   offset = {c: rng.gauss(0, 1.0) for c in ids}
   offset[best] = 3.5 + rng.random()   # the best course average, by a clear margin
   n = 440 * f
-  names = B.unique_names(rng, n)
-  B.insert_rows(ctx, "students", [{"id": i + 1, "name": nm, "year": rng.randint(1, 4), "email": B.email_of(nm, i + 1),
+  names = G.unique_names(rng, n)
+  G.insert_rows(ctx, "students", [{"id": i + 1, "name": nm, "year": rng.randint(1, 4), "email": G.email_of(nm, i + 1),
                                    "status": "active"} for i, nm in enumerate(names)])
   enr: list[dict] = []
   by_student: dict[int, list[dict]] = {}
@@ -82,8 +84,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   cs = [e for e in enr if e["course_id"] == cs101 and e["student_id"] not in planted and e["grade"] is not None]
   for e in rng.sample(cs, rng.randint(1, 3)):     # CS101 grades of exactly 60 pass
     e["grade"] = 60
-  B.insert_rows(ctx, "enrollments", enr)
-  B.write_docs(ctx, rng, "school", ["grading", "appeals", "calendar", "honour_roll", "conduct"])
+  G.insert_rows(ctx, "enrollments", enr)
+  G.write_docs(ctx, rng, "school", ["grading", "appeals", "calendar", "honour_roll", "conduct"])
   graded = [e for e in enr if e["grade"] is not None and 40 <= e["grade"] <= 95 and e["student_id"] not in planted]
   k = B.n_data_files(f)
   fmts = ["txt", "json", "csv", rng.choice(("txt", "json", "csv"))] + [rng.choice(("txt", "json", "csv"))
@@ -91,7 +93,7 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   rng.shuffle(fmts)
   for j, (e, fmt) in enumerate(zip(rng.sample(graded, k), fmts)):
     new = min(100, e["grade"] + rng.randint(1, 5)) if rng.random() < 0.5 else e["grade"] - rng.randint(1, 10)
-    code, note = courses[e["course_id"] - 1][0], B.sentence(rng, 10)
+    code, note = courses[e["course_id"] - 1][0], G.sentence(rng, 10)
     if fmt == "txt":
       text = f"Student ID: {e['student_id']}\nCourse: {code}\nRequested grade: {new}\n\n{note}\n"
     elif fmt == "json":
@@ -169,15 +171,7 @@ TOOLS = (
 
 DOMAIN = B.Domain("school", "A school's students, courses and grades.", SCHEMA, generate, TOOLS)
 
-PAGES = """\
-def fetch(tool, **kw):
-    out, off = [], 0
-    while off is not None:
-        p = tools[tool](limit=200, offset=off, **kw)
-        out += p["items"]
-        off = p["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("fetch", tool="tool", kwargs="kw", rows="out", offset="off", page="p")
 
 HONOUR = PAGES + """\
 cands = sorted({e["student_id"] for e in fetch("list_enrollments", min_grade=90)})
@@ -267,15 +261,13 @@ def _appeals_expected(ctx):
   want = _grades(ctx)
   codes = {r["code"]: r["id"] for r in ctx.q("SELECT id, code FROM courses")}
   for rel in ctx.files("appeals"):
-    text = ctx.read(rel)
+    d = read_records(rel, ctx.read(rel))[0]
     if rel.endswith(".json"):
-      d = json.loads(text)
       sid, code, new = d["student"], d["course"], d["requested"]
     elif rel.endswith(".csv"):
-      sid, code, new = text.splitlines()[1].split(",")[:3]
+      sid, code, new = d["student_id"], d["course_code"], d["requested_grade"]
     else:
-      fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-      sid, code, new = fields["Student ID"], fields["Course"], fields["Requested grade"]
+      sid, code, new = d["Student ID"], d["Course"], d["Requested grade"]
     key = (int(sid), codes[code])
     want[key] = max(want[key], int(new))
   return want

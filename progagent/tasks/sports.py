@@ -10,7 +10,9 @@ import json
 import random
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 TOWNS = ("Lisbon", "Porto", "Madrid", "Lyon", "Berlin", "Oslo", "Krakow", "Dublin", "Braga", "Faro", "Seville",
          "Nantes", "Munich", "Bergen", "Gdansk", "Cork")
@@ -44,8 +46,8 @@ def _report(rng: random.Random, m: dict, home: str, away: str, attendance: int, 
   parts = [f"{score} on {m['date']}. {crowd}" if crowd.startswith("Attendance") else f"{crowd} {score} on {m['date']}."]
   if scorers:
     parts.append("Goals: " + ", ".join(scorers) + ".")
-  parts.append(f"Referee {rng.choice(B.FIRST)} {rng.choice(B.LAST)} showed {rng.randint(0, 6)} yellow cards.")
-  parts.append(B.sentence(rng, 10))
+  parts.append(f"Referee {rng.choice(G.FIRST)} {rng.choice(G.LAST)} showed {rng.randint(0, 6)} yellow cards.")
+  parts.append(G.sentence(rng, 10))
   return " ".join(parts)
 
 
@@ -53,17 +55,17 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_teams, n_matches = 12 * f, 110 * f
   names = rng.sample([f"{t} {m}" for t in TOWNS for m in MASCOTS], n_teams)
   teams = [{"id": i + 1, "name": nm, "city": nm.split()[0]} for i, nm in enumerate(names)]
-  B.insert_rows(ctx, "teams", teams)
-  pnames = B.unique_names(rng, 22 * n_teams)
+  G.insert_rows(ctx, "teams", teams)
+  pnames = G.unique_names(rng, 22 * n_teams)
   players, squad = [], {}
   for t in teams:
     for k in range(22):
       pos = "GK" if k < 2 or (k == 2 and rng.random() < 0.5) else rng.choices(POSITIONS[1:], (8, 7, 5))[0]
       p = {"id": len(players) + 1, "name": pnames[len(players)], "team_id": t["id"], "position": pos,
-           "born": B.rand_date(rng, "1986-01-01", "2006-12-31"), "salary": float(rng.randint(40, 4000) * 1000)}
+           "born": G.rand_date(rng, "1986-01-01", "2006-12-31"), "salary": float(rng.randint(40, 4000) * 1000)}
       players.append(p)
       squad.setdefault(t["id"], []).append(p)
-  B.insert_rows(ctx, "players", players)
+  G.insert_rows(ctx, "players", players)
   matches, goals = [], []
   n_post = max(1, round(rng.uniform(0.03, 0.07) * n_matches))
   statuses = ["scheduled"] * round(0.15 * n_matches) + ["postponed"] * n_post
@@ -75,11 +77,11 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     home, away = rng.sample(teams, 2)
     status = statuses[i]
     if status == "scheduled":
-      date = B.rand_date(rng, "2024-07-06", "2024-07-31")
+      date = G.rand_date(rng, "2024-07-06", "2024-07-31")
     elif status == "postponed":   # postponed recently
-      date = B.rand_date(rng, "2024-06-11", "2024-06-30")
+      date = G.rand_date(rng, "2024-06-11", "2024-06-30")
     else:
-      date = B.rand_date(rng, "2024-01-06", "2024-06-30")
+      date = G.rand_date(rng, "2024-01-06", "2024-06-30")
     m = {"id": i + 1, "date": date, "home_id": home["id"], "away_id": away["id"], "home_score": None,
          "away_score": None, "status": status}
     matches.append(m)
@@ -131,8 +133,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   goals.sort(key=lambda g: (g["match_id"], g["minute"]))
   for j, g in enumerate(goals):
     g["id"] = j + 1
-  B.insert_rows(ctx, "matches", matches)
-  B.insert_rows(ctx, "goals", [{k2: g[k2] for k2 in ("id", "match_id", "player_id", "team_id", "minute", "kind")}
+  G.insert_rows(ctx, "matches", matches)
+  G.insert_rows(ctx, "goals", [{k2: g[k2] for k2 in ("id", "match_id", "player_id", "team_id", "minute", "kind")}
                                for g in goals])
   tname = {t["id"]: t["name"] for t in teams}
   pname = {p["id"]: p["name"] for p in players}
@@ -146,8 +148,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                for g in goals if g["match_id"] == m["id"]]
     reports.append({"match_id": m["id"], "attendance": att,
                     "report": _report(rng, m, tname[m["home_id"]], tname[m["away_id"]], att, scorers)})
-  B.insert_rows(ctx, "reports", reports)
-  B.write_docs(ctx, rng, "sports", ["league_rules", "ticketing", "medical", "transfers", "media"])
+  G.insert_rows(ctx, "reports", reports)
+  G.write_docs(ctx, rng, "sports", ["league_rules", "ticketing", "medical", "transfers", "media"])
   # injury reports: 4 * f files in three formats, each player at most once
   n = B.n_data_files(f)
   fmts = ["csv", "json", "txt"] + [rng.choice(("csv", "json", "txt")) for _ in range(n - 3)]
@@ -155,10 +157,10 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   pool = rng.sample(players, 6 * n)
   for j, fmt in enumerate(fmts):
     items = pool[6 * j:6 * j + rng.randint(3, 6)]
-    backs = [datetime.date.fromisoformat(B.rand_date(rng, "2024-07-02", "2024-10-31")) for _ in items]
+    backs = [datetime.date.fromisoformat(G.rand_date(rng, "2024-07-02", "2024-10-31")) for _ in items]
     if fmt == "json":   # planted: a long injury in a JSON report
-      backs[0] = datetime.date.fromisoformat(B.rand_date(rng, "2024-08-01", "2024-10-31"))
-    day = B.rand_date(rng, "2024-06-20", "2024-06-30")
+      backs[0] = datetime.date.fromisoformat(G.rand_date(rng, "2024-08-01", "2024-10-31"))
+    day = G.rand_date(rng, "2024-06-20", "2024-06-30")
     if fmt == "csv":
       buf = io.StringIO()
       w = csv.writer(buf, lineterminator="\n")
@@ -246,15 +248,7 @@ DOMAIN = B.Domain("sports", "A football league's teams, players, matches, goals,
 
 # -- tasks
 
-ALL = """\
-def fetch(tool_name, **kw):
-    out, off = [], 0
-    while off is not None:
-        page = tools[tool_name](offset=off, limit=200, **kw)
-        out += page["items"]
-        off = page["next_offset"]
-    return out
-"""
+ALL = B.paging_prelude("fetch", tool="tool_name", kwargs="kw", rows="out", offset="off", limit_first=False)
 
 TOP_SCORER = ALL + """\
 from collections import Counter
@@ -390,17 +384,15 @@ def _injury_expected(ctx):
   by_name = {r["name"]: r["id"] for r in ctx.q("SELECT id, name FROM players")}
   out = set()
   for rel in ctx.files("medical"):
-    text = ctx.read(rel)
+    recs = read_records(rel, ctx.read(rel), key="players")
     if rel.endswith(".csv"):
-      out |= {int(r["player_id"]) for r in csv.DictReader(io.StringIO(text)) if r["expected_return"] > "2024-07-31"}
+      out |= {int(r["player_id"]) for r in recs if r["expected_return"] > "2024-07-31"}
     elif rel.endswith(".json"):
-      out |= {by_name[p["name"]] for p in json.loads(text)["players"]
+      out |= {by_name[p["name"]] for p in recs
               if datetime.datetime.strptime(p["back"], "%d.%m.%Y").date().isoformat() > "2024-07-31"}
     else:
-      for block in text.split("\n\n")[1:]:
-        d = dict(line.split(": ", 1) for line in block.strip().splitlines())
-        if datetime.datetime.strptime(d["Expected back"], "%d %B %Y").date().isoformat() > "2024-07-31":
-          out.add(by_name[d["Player"]])
+      out |= {by_name[d["Player"]] for d in recs
+              if datetime.datetime.strptime(d["Expected back"], "%d %B %Y").date().isoformat() > "2024-07-31"}
   return round(sum(salary[i] for i in out), 2)
 
 

@@ -8,7 +8,9 @@ import random
 import re
 
 from progagent.tasks import base as B
+from progagent.tasks import generators as G
 from progagent.tasks.base import Ctx, ToolError
+from progagent.tasks.workspace import read_records
 
 PLANS = (("Basic 1GB", 1), ("Lite 5GB", 5), ("Plus 20GB", 20), ("Max 50GB", 50), ("Unlimited 200GB", 200))
 STATUSES = ("active", "suspended", "cancelled")
@@ -47,14 +49,14 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   plan_ids = rng.sample(range(1, len(PLANS) + 1), len(PLANS))
   plans = [{"id": plan_ids[i], "name": n, "monthly_fee": round(rng.uniform(5, 15) + gb ** 0.5 * 3, 2), "data_gb": gb}
            for i, (n, gb) in enumerate(PLANS)]
-  B.insert_rows(ctx, "plans", sorted(plans, key=lambda p: p["id"]))
+  G.insert_rows(ctx, "plans", sorted(plans, key=lambda p: p["id"]))
   by_name = {p["name"]: p for p in plans}
   lite, plus = by_name["Lite 5GB"], by_name["Plus 20GB"]
-  names = B.unique_names(rng, 120 * f)
+  names = G.unique_names(rng, 120 * f)
   numbers = rng.sample(range(10 ** 7, 10 ** 8), 120 * f)
-  subs = [{"id": i + 1, "name": nm, "email": B.email_of(nm, i + 1), "msisdn": f"+3519{numbers[i]}",
-           "city": rng.choice(B.CITIES), "plan_id": rng.choices(plans, (3, 4, 4, 2, 1))[0]["id"],
-           "status": rng.choices(STATUSES, (8, 1, 1))[0], "joined": B.rand_date(rng, "2019-01-01", "2023-12-31")}
+  subs = [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1), "msisdn": f"+3519{numbers[i]}",
+           "city": rng.choice(G.CITIES), "plan_id": rng.choices(plans, (3, 4, 4, 2, 1))[0]["id"],
+           "status": rng.choices(STATUSES, (8, 1, 1))[0], "joined": G.rand_date(rng, "2019-01-01", "2023-12-31")}
           for i, nm in enumerate(names)]
   porto = rng.sample(subs, 2)
   for s, status in zip(porto, ("active", "suspended")):   # Porto has active and inactive lines
@@ -71,8 +73,8 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       usage[(s["id"], rng.choice(MONTHS[3:]))] = rng.randint(1024, 5 * 1024)
   rows = [{"id": i + 1, "subscriber_id": sid, "month": m, "data_mb": mb, "minutes": rng.randint(0, 900),
            "sms": rng.randint(0, 120)} for i, ((sid, m), mb) in enumerate(sorted(usage.items()))]
-  B.insert_rows(ctx, "subscribers", subs)
-  B.insert_rows(ctx, "usage", rows)
+  G.insert_rows(ctx, "subscribers", subs)
+  G.insert_rows(ctx, "usage", rows)
   fee = {p["id"]: p["monthly_fee"] for p in plans}
   invoices = []
   for s in subs:
@@ -88,16 +90,16 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       i["status"] = "overdue"
   gone = rng.choice([s for s in subs if s["status"] == "cancelled"])
   by_sub[gone["id"]][-1]["status"] = "open"
-  B.insert_rows(ctx, "invoices", invoices)
+  G.insert_rows(ctx, "invoices", invoices)
   outages = []
-  for city in B.CITIES:
+  for city in G.CITIES:
     for _ in range(rng.randint(2, 4) * f):
-      start = f"{B.rand_date(rng)} {rng.randint(0, 23):02d}:{rng.choice((0, 15, 30, 45)):02d}"
+      start = f"{G.rand_date(rng)} {rng.randint(0, 23):02d}:{rng.choice((0, 15, 30, 45)):02d}"
       outages.append({"id": len(outages) + 1, "city": city, "start": start, "minutes": rng.randint(10, 400),
                       "cause": rng.choice(CAUSES)})
-  B.insert_rows(ctx, "outages", outages)
-  B.insert_rows(ctx, "monitor_busy", [{"city": c} for c in rng.sample(B.CITIES, rng.randint(2, 4))])
-  B.write_docs(ctx, rng, "telecom", ["plans", "billing", "roaming", "network", "support"])
+  G.insert_rows(ctx, "outages", outages)
+  G.insert_rows(ctx, "monitor_busy", [{"city": c} for c in rng.sample(G.CITIES, rng.randint(2, 4))])
+  G.write_docs(ctx, rng, "telecom", ["plans", "billing", "roaming", "network", "support"])
   lites = [s for s in subs if s["plan_id"] == lite["id"]]
   files = ["json", "csv", "txt"] + [rng.choice(("json", "csv", "txt")) for _ in range(B.n_data_files(f) - 3)]
   rng.shuffle(files)
@@ -144,8 +146,8 @@ def _duration(minutes: int) -> str:
 
 
 def _network_status(ctx, city):
-  if city not in B.CITIES:
-    raise ToolError(f"we have no network in {city!r}; cities: {list(B.CITIES)}")
+  if city not in G.CITIES:
+    raise ToolError(f"we have no network in {city!r}; cities: {list(G.CITIES)}")
   key = ("network_status", city)
   n = ctx.calls.get(key, 0)
   ctx.calls[key] = n + 1
@@ -164,7 +166,7 @@ TOOLS = (
     B.list_tool("list_subscribers", "List subscribers [{id, name, msisdn, city, plan_id, status}], optionally "
                 "filtered.", table="subscribers", columns="id, name, msisdn, city, plan_id, status", filters=[
                     B.Filter("subscriber_id", "id = ?", B.p_int("one subscriber id")),
-                    B.Filter("city", "city = ?", B.p_str("city", B.CITIES)),
+                    B.Filter("city", "city = ?", B.p_str("city", G.CITIES)),
                     B.Filter("status", "status = ?", B.p_str("line status", STATUSES)),
                     B.Filter("plan_id", "plan_id = ?", B.p_int("plan id")),
                     B.Filter("msisdn", "msisdn = ?", B.p_str("exact phone number, e.g. '+351912345678'")),
@@ -188,7 +190,7 @@ TOOLS = (
            subscriber_id=B.p_int("subscriber id"), text=B.p_str("the message")),
     B.tool("network_status", "The network monitor's incident report for one city: {ok, city, report} with the "
            "report as text, or {ok: false, city, error} when the monitor does not answer.", _network_status,
-           required=("city",), city=B.p_str("city", B.CITIES)),
+           required=("city",), city=B.p_str("city", G.CITIES)),
     B.LIST_FILES, B.READ_FILE,
 )
 
@@ -196,15 +198,7 @@ DOMAIN = B.Domain("telecom", "A mobile operator's subscribers, plans, usage and 
 
 # -- tasks
 
-PAGES = """\
-def every(name, **kw):
-    out, offset = [], 0
-    while offset is not None:
-        page = tools[name](offset=offset, **kw)
-        out += page["items"]
-        offset = page["next_offset"]
-    return out
-"""
+PAGES = B.paging_prelude("every", kwargs="kw", rows="out", limit=None)
 
 PORTO = PAGES + """\
 mb = 0
@@ -345,13 +339,13 @@ def _roaming_expected(ctx):
   lite = ctx.scalar("SELECT id FROM plans WHERE name = 'Lite 5GB'")
   total = 0.0
   for rel in ctx.files("roaming"):
-    text = ctx.read(rel)
+    rows = read_records(rel, ctx.read(rel), key="records")
     if rel.endswith(".json"):
-      recs = [(r["number"], r["cost_cents"] / 100) for r in json.loads(text)["records"]]
+      recs = [(r["number"], r["cost_cents"] / 100) for r in rows]
     elif rel.endswith(".csv"):
-      recs = [(line.split(",")[0], float(line.split(",")[2])) for line in text.strip().splitlines()[1:]]
+      recs = [(r["msisdn"], float(r["charge_eur"])) for r in rows]
     else:
-      recs = [(m, float(a)) for m, a in re.findall(r"MSISDN: ([+\d ]+)\nCountry: \w+\nAmount: ([\d.]+) EUR", text)]
+      recs = [(r["MSISDN"], float(r["Amount"].removesuffix(" EUR"))) for r in rows]
     for number, eur in recs:
       if ctx.scalar("SELECT plan_id FROM subscribers WHERE msisdn = ?", "+" + re.sub(r"\D", "", number)) == lite:
         total += eur

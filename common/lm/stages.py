@@ -1,0 +1,194 @@
+"""The trainer kit's furniture around the updates: loading a policy and opening a stage.
+
+`load_policy(model, ...)` is the one resolver for every checkpoint kind a config names in `model.checkpoint`
+('tiny:<family>' written here, a local Hugging Face folder); `open_stage(dir, state, config)` gives a stage
+(an SFT or RL phase of one run) its checkpointer, the restored state, the first step to run and its metric
+writer, with every JSON-lines log of the stage cut back to the restored step.
+
+The `model` config node (configs/schema.py `model_config`) has the same keys in every method:
+  checkpoint   'tiny:<family>' (a tiny random checkpoint written into `cache_dir`, tokenizer trained on the
+               corpus the method gives) or a local Hugging Face checkpoint folder
+  cache_dir    where tiny checkpoints are written ('' = $AGENTIC_RL_CACHE, else ~/.cache/agentic-rl-jax)
+  tiny_vocab, tiny_sizes   a tiny checkpoint's vocabulary and shapes (common.lm.testing.make_tiny_checkpoint)
+  dtype, param_dtype, remat, attention_impl, attention_chunk, logits_chunk   common.lm.config.ModelConfig
+  lora_rank, lora_alpha, lora_targets   LoRA adapters (rank 0 = full fine-tuning)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import Any, NamedTuple, Sequence
+
+import jax
+
+from common import chat as chat_lib
+from common import checkpoint as ckpt_lib
+from common import config_util
+from common import io
+from common import metric_writer
+from common.lm import checkpoints as lm_checkpoints
+from common.lm import config as config_lib
+from common.lm import loading
+from common.lm import lora as lora_lib
+from common.lm import training
+from common.lm.config import ModelConfig
+
+# ModelConfig fields a trainer's `model` node may set on a loaded checkpoint.
+OVERRIDE_FIELDS = ("dtype", "param_dtype", "remat", "attention_impl", "attention_chunk", "logits_chunk")
+
+
+def model_overrides(model: Any) -> dict:
+  """The ModelConfig fields of OVERRIDE_FIELDS that the `model` node sets, ModelConfig's own defaults for the
+  rest (read from the dataclass, so they cannot drift apart)."""
+  defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in OVERRIDE_FIELDS}
+  out = {k: config_util.get(model, k, defaults[k]) for k in OVERRIDE_FIELDS}
+  for k in ("attention_chunk", "logits_chunk"):
+    out[k] = int(out[k])
+  return out
+
+
+def mesh_of(config: Any):
+  """(mesh, rules) of config `mesh.shape` and the optional mesh.rules (common.lm.training.mesh_from_config;
+  no `mesh` node = one device)."""
+  return training.mesh_from_config(config_util.get(config, "mesh", None))
+
+
+class Policy(NamedTuple):
+  """A loaded policy: model config, initial params, the chat template on its tokenizer, checkpoint folder."""
+  model: ModelConfig
+  params: Any
+  chat: chat_lib.ChatTemplate
+  checkpoint: str
+
+
+def load_policy(model: Any, *, mesh=None, rules=None, corpus: Sequence[str] = (), chat_template: str | None = None,
+                seed: int = 0, keep_dir: str | None = None, chat: Any = None,
+                config_key: str = "config.model.checkpoint") -> Policy:
+  """Resolves `model.checkpoint`, loads it onto `mesh` (+ fresh LoRA adapters when `model.lora_rank` > 0) and
+  builds the ChatTemplate.
+
+  Args:
+    model: the `model` config node (module docstring).
+    mesh, rules: the parameters are created sharded over this mesh (common.lm.training.mesh_from_config).
+    corpus: a tiny checkpoint's tokenizer training texts (the method's prompts, tool schemas, replies).
+    chat_template: a tiny checkpoint's chat template (e.g. common.lm.testing.QWEN3_TOOL_TEMPLATE); None = the
+      family's plain one.
+    seed: the LoRA adapters' initialisation key is seed + 7.
+    keep_dir: a tiny checkpoint is copied here the first time and loaded from here on every later call, so a
+      resumed workdir pairs its saved checkpoints with the tokenizer and initial weights they were trained
+      with, whatever the corpus gives now (PlanPO keeps it in <workdir>/policy). A local folder is loaded in
+      place.
+    chat: the `chat` config node (format, enable_thinking), or None for the template's defaults.
+    config_key: the key named in error messages.
+  Returns:
+    Policy(model config, params, chat template, checkpoint folder).
+  Raises:
+    ValueError: an empty or missing checkpoint (common.lm.checkpoints.resolve_checkpoint), an unknown tiny
+      family.
+  """
+  path = resolve_checkpoint(model, corpus=corpus, chat_template=chat_template, keep_dir=keep_dir,
+                            config_key=config_key)
+  cfg, params, tok = loading.load_pretrained(path, mesh=mesh, rules=rules, **model_overrides(model))
+  rank = int(config_util.get(model, "lora_rank", 0) or 0)
+  if rank:
+    cfg = cfg.with_lora(rank=rank, alpha=float(config_util.get(model, "lora_alpha", 128.0)),
+                        targets=tuple(config_util.get(model, "lora_targets", config_lib.LORA_TARGETS)))
+    params = lora_lib.add_adapters(jax.random.key(int(seed) + 7), params, cfg)
+  kw = {} if chat is None else dict(enable_thinking=bool(config_util.get(chat, "enable_thinking", False)),
+                                    format=str(config_util.get(chat, "format", "auto")))
+  return Policy(cfg, params, chat_lib.ChatTemplate(tok, **kw), path)
+
+
+def resolve_checkpoint(model: Any, *, corpus: Sequence[str] = (), chat_template: str | None = None,
+                       keep_dir: str | None = None, config_key: str = "config.model.checkpoint") -> str:
+  """The checkpoint folder of `model.checkpoint` (load_policy's arguments): a local Hugging Face folder as it is,
+  or a 'tiny:<family>' checkpoint written into `model.cache_dir` (vocabulary `model.tiny_vocab`, shapes
+  `model.tiny_sizes`, tokenizer trained on `corpus`), kept in `keep_dir` when given.
+
+  Raises:
+    ValueError: an empty or missing checkpoint, an unknown tiny family (the message names `config_key`).
+  """
+  spec = str(config_util.get(model, "checkpoint", ""))
+  tiny = spec.startswith(lm_checkpoints.TINY_PREFIX)
+  kept = keep_dir if keep_dir and tiny else None
+  if kept and os.path.isfile(os.path.join(kept, "config.json")):
+    return kept
+  sizes = dict(config_util.get(model, "tiny_sizes", None) or {}) or None
+  path = lm_checkpoints.resolve_checkpoint(spec, corpus=list(corpus) if tiny else (),
+                                           cache_dir=config_util.get(model, "cache_dir", "") or None,
+                                           vocab_size=int(config_util.get(model, "tiny_vocab", 400)),
+                                           chat_template=chat_template, sizes=sizes if tiny else None,
+                                           config_key=config_key)
+  if kept:
+    tmp = kept + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(path, tmp)
+    os.replace(tmp, kept)
+    path = kept
+  return path
+
+
+def check_model_config(model: Any, mesh: Any, *, model_key: str = "model") -> None:
+  """The `model` and `mesh` nodes' values checked before anything is written (common.lm.training.
+  check_scale_config), plus lora_rank >= 0.
+
+  Raises:
+    ValueError naming the key, the allowed values and the fix.
+  """
+  training.check_scale_config(model, mesh, model_key=model_key)
+  rank = config_util.get(model, "lora_rank", 0)
+  if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+    raise ValueError(f"config {model_key}.lora_rank={rank!r} must be an integer >= 0 (0 = full fine-tuning)")
+
+
+class Stage(NamedTuple):
+  """An opened stage: `state` (restored, or the initial one), `start` (steps done), the Orbax `checkpointer`
+  and the metric `writer`. Close it (or use it as a context manager) to flush both."""
+  checkpointer: ckpt_lib.Checkpointer
+  state: Any
+  start: int
+  writer: metric_writer.MetricWriter
+
+  def close(self) -> None:
+    self.writer.close()
+    self.checkpointer.close()
+
+  def save(self, step: int, state: Any, *, force: bool = False) -> bool:
+    """Saves `state` as step `step` every `checkpoint.every` steps (or when forced)."""
+    return self.checkpointer.maybe_save(step, state, force=force)
+
+  def __enter__(self) -> "Stage":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def open_stage(directory: str, state: Any, config: Any, *, place=None, jsonl: Sequence[str] = ()) -> Stage:
+  """Opens a stage in `directory` (created): checkpointer in directory/checkpoints, the latest saved state
+  restored into `state`'s structure and shardings (else `state`), and a metric writer whose metrics.jsonl
+  keeps only the rows up to the restored step; every file of `jsonl` (names in `directory`, e.g.
+  'rollouts.jsonl') is cut back to that step too, so a run killed after its last checkpoint ends with the same
+  files as an uninterrupted one.
+
+  Args:
+    directory: the stage's folder.
+    state: the initial train state (already placed on its mesh).
+    config: the run's config: `checkpoint.every`, `checkpoint.max_to_keep`, `logging.tensorboard`.
+    place: optional function applied to the state before the restore and to the restored one (e.g. PhGPO's
+      placement on the policy's mesh).
+  Raises:
+    common.checkpoint.CheckpointMismatchError: the saved state has another structure (a different config).
+  """
+  os.makedirs(directory, exist_ok=True)
+  ck = ckpt_lib.Checkpointer(os.path.join(directory, "checkpoints"), max_to_keep=config.checkpoint.max_to_keep,
+                             save_every=config.checkpoint.every)
+  place = place or (lambda s: s)
+  state, start = ck.restore_or_init(place(state))
+  start = int(start or 0)
+  for name in jsonl:
+    io.truncate_jsonl(os.path.join(directory, name), start)
+  writer = metric_writer.MetricWriter(directory, resume_step=start, tensorboard=config.logging.tensorboard)
+  return Stage(ck, place(state), start, writer)

@@ -1,0 +1,70 @@
+"""The rows of PhGPO's tables, in table order: `RUN_SPECS` says what each run changes, `run_config` applies it.
+
+Shared by the trainer (`phgpo/train.py`) and the notebook helpers (`phgpo/analysis.py`), which re-derive the
+config a finished run trained with; neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+# What each run changes in the config, applied by `run_config`. 'nearest' and 'warmup' train nothing after the
+# warm-up; the others run stages 2-3 from the warm-up policy.
+RUN_SPECS = {
+    "nearest": dict(kind="nearest"),
+    "warmup": dict(kind="warmup"),
+    "grpo_vanilla": dict(kind="rl", pheromone=False, curriculum=False),
+    "grpo": dict(kind="rl", pheromone=False, curriculum=True),
+    "phgpo": dict(kind="rl", pheromone=True, curriculum=True),
+    "no_curriculum": dict(kind="rl", pheromone=True, curriculum=False),
+    "rho0": dict(kind="rl", pheromone=True, curriculum=True, no_evaporation=True),
+    "agnostic_only": dict(kind="rl", pheromone=True, curriculum=True, task_dependent=False),
+    "frozen": dict(kind="rl", pheromone=True, curriculum=True, freeze=True),
+    "authors": dict(kind="rl", pheromone=True, curriculum=True, authors=True),
+}
+RUN_KINDS = tuple(RUN_SPECS)
+# The rows of each table of config `table` (configs/phgpo_traject.py holds the same tuples); a run of a subset
+# writes results_<table>_<runs>.* beside the full table.
+TABLE_RUNS = {"main": ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo"),
+              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors")}
+
+
+def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.ConfigDict:
+  """The config one RL run trains with: `config` with its `RUN_SPECS` entry applied.
+
+  beta = 0 runs set pheromone.beta_max = pheromone.w_max = 0 (the pheromone is still updated, never used);
+  no-curriculum runs set curriculum.steps = 0 and the curriculum floors curriculum.lambda_floor =
+  curriculum.p_tf_floor = 0 (stage 3 from the first step: no teacher forcing, no SL term, full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
+  'frozen' sets pheromone.freeze_at = ablation.freeze_at; 'authors' switches every schedule choice to the
+  authors' released trainer: curriculum.lambda_floor = 0.3, curriculum.p_tf_floor = 0.05,
+  curriculum.beta_start_fraction = 1.0, pheromone.first_step = False, rl.sl_steps = 'all'.
+
+  Raises:
+    ValueError: an unknown run name.
+  """
+  if run not in RUN_SPECS:
+    raise ValueError(f"unknown run {run!r}; valid: {list(RUN_SPECS)}")
+  spec = RUN_SPECS[run]
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  if not spec.get("pheromone", True):
+    cfg.pheromone.beta_max = 0.0
+    cfg.pheromone.w_max = 0.0
+  if not spec.get("curriculum", True):
+    cfg.curriculum.steps = 0
+    cfg.curriculum.lambda_floor = 0.0
+    cfg.curriculum.p_tf_floor = 0.0
+  if spec.get("no_evaporation"):
+    cfg.pheromone.rho = 0.0
+    cfg.pheromone.arg_rho = 0.0
+  if spec.get("task_dependent") is False:
+    cfg.pheromone.w_max = 0.0
+  if spec.get("freeze"):
+    cfg.pheromone.freeze_at = int(config.ablation.freeze_at)
+  if spec.get("authors"):
+    cfg.curriculum.lambda_floor = 0.3
+    cfg.curriculum.p_tf_floor = 0.05
+    cfg.curriculum.beta_start_fraction = 1.0
+    cfg.pheromone.first_step = False
+    cfg.rl.sl_steps = "all"
+  cfg.lock()
+  return cfg

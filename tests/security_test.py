@@ -337,7 +337,6 @@ class CleanupTest(absltest.TestCase):
     owner = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
         import json, subprocess, sys, time
         from common import sandbox as sb
-from common import sandbox_cgroup
         ws = sb.sandbox_guard.owned_tempdir("ws")
         s = sb.Sandbox(sb.SandboxConfig())
         p = subprocess.Popen(s.command(["sleep", "60"]), start_new_session=True)

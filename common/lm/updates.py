@@ -2,11 +2,15 @@
 
 Every language-model trainer (ProgAgent's SFT and GSPO, PlanPO's SFT and RL, PhGPO's policies) builds its
 state and steps from here; a method adds only its loss (e.g. `common.losses.gspo_loss`,
-`planpo.objective.policy_loss`). A notebook builds a GRPO update in a few lines:
+`planpo.objective.policy_loss`). A notebook builds a GRPO update in a few lines (README, "Trainer kit";
+tests/trainer_kit_test.py):
 
-    state = updates.init_state(policy.params, updates.OptimSettings(learning_rate=1e-5), key=0)
-    loss_fn = lambda p, mb: losses.policy_loss(p, mb)      # (mean loss of the micro-batch, metrics)
-    state, metrics = updates.policy_update(state, loss_fn, rows, weights, micro=2, optim=settings)
+    optim = updates.OptimSettings(learning_rate=1e-5)
+    state = updates.init_state(policy.params, optim, key=0)
+    loss_fn = lambda p, mb: losses.clipped_surrogate_loss(model.token_logprobs(p, mb[0], mb[1], config=cfg),
+                                                          mb[3], mb[4], mb[2])   # (mean loss, metrics)
+    state, metrics = updates.policy_update(state, loss_fn, (tokens, attn, mask, logp_old, adv), token_counts,
+                                           micro=2, optim=optim)
 
 Shapes: token arrays are i32[B, L] (B rows, L padded length), masks bool[B, L], per-row weights f32[B].
 Sharding: `init_state(..., mesh=mesh)` places the parameters by the logical-axis rules and the optimizer state

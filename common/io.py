@@ -103,8 +103,19 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 def truncate_jsonl(path: str | os.PathLike, last_step: int | None, *, key: str = "step") -> None:
   """Keeps only the rows of `path` whose `key` is <= last_step (rows written after the checkpoint a run resumes
-  from; they will be written again); last_step None drops every row. A missing file is left missing."""
+  from; they will be written again); last_step None drops every row. The kept lines are written back byte for
+  byte (their encoding is the writer's); blank and truncated lines are dropped. A missing file is left missing."""
   if not os.path.exists(path):
     return
-  kept = [] if last_step is None else [r for r in read_jsonl(path) if int(r.get(key, -1)) <= int(last_step)]
-  write_jsonl(path, kept)
+  kept = []
+  if last_step is not None:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError:
+          continue
+        if int(row.get(key, -1)) <= int(last_step):
+          kept.append(line if line.endswith("\n") else line + "\n")
+  with atomic_write(path) as f:
+    f.writelines(kept)

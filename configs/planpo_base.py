@@ -25,7 +25,8 @@ Not a config itself (no `get_config`). Keys:
   planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
   model.*, optim.*, mesh.*   the policy, its optimizer and the device mesh (configs/schema.py, the same keys in
                     every method; model.checkpoint 'tiny:qwen2' is a tiny random checkpoint trained from scratch).
-  sft.micro_rows    rows per SFT micro-batch (gradient accumulation; 0 = one pass); rl.micro_rows for RL.
+  sft.micro_rows    rows per SFT micro-batch (gradient accumulation; 0 = one pass); rl.micro_rows: rows per RL
+                    micro-batch and per scoring chunk (>= 1).
                     Update rows are padded to a multiple of data x fsdp; sampling runs on one device.
   rollout.kv_reuse  the sampler keeps each episode's KV cache across turns and prefills only new tokens (window
                     mode re-renders each prompt, so only the common prefix is reused); False: full re-prefill.

@@ -62,7 +62,7 @@ SL_STEPS = ("teacher_forced", "all")
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs a
 # table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
-RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat")
+RESUME_FREE = stages.SCALE_KEYS
 REPORT_ONLY = ("runs", "table", "reference", "stats.", "seeds", "splits")
 
 
@@ -75,6 +75,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   """
   if config.policy.get("kind", "") == "lm":
     stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
+  stages.check_optim_config(config.optim)
   with config.unlocked():
     config.runs = config_util.split_commas(config.runs)
     config.splits = config_util.split_commas(config.splits)

@@ -79,8 +79,7 @@ RL_METHODS = ("grpo", "gigpo", "planpo")
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs
 # a table reports (a workdir is shared by the main and ablation tables: runs are folders named by run).
-RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
-               "rollout.kv_reuse", "rollout.kv_cache_max_gb")
+RESUME_FREE = stages.SCALE_KEYS + ("rollout.kv_reuse", "rollout.kv_cache_max_gb")
 REPORT_ONLY = ("runs", "table", "reference", "stats.")
 
 
@@ -90,6 +89,12 @@ def check_config(config) -> None:
   A comma-separated string in `runs` (the flag --config.runs=grpo,planpo) is split into run names, in place.
   """
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
+  stages.check_optim_config(config.optim)
+  if config.rl.get("old_logprobs", "recompute") not in ("recompute", "sampler"):
+    raise ValueError(f"config `rl.old_logprobs` must be 'recompute' or 'sampler', got {config.rl.old_logprobs!r}")
+  if int(config.rl.get("micro_rows", 32)) < 1:
+    raise ValueError(f"config `rl.micro_rows` must be >= 1 (rows per RL micro-batch and per scoring chunk), got "
+                     f"{config.rl.micro_rows!r}")
   config.runs = config_util.split_commas(config.runs)
   bad = [r for r in config.runs if r not in ("random", "sft") and r not in config.variants]
   if bad:

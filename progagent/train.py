@@ -89,14 +89,14 @@ RUNTIMES = ("sandboxed", "inprocess")
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes,
 # not what it computes: a workdir may resume with other values. Keys that only choose and summarise what is
 # reported: a finished workdir is re-evaluated with new values (run_eval reruns when its saved settings differ).
-RESUME_FREE = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
-               "gspo.kv_reuse", "gspo.kv_cache_max_gb", "gspo.generate_batch_size")
+RESUME_FREE = stages.SCALE_KEYS + ("gspo.kv_reuse", "gspo.kv_cache_max_gb", "gspo.generate_batch_size")
 REPORT_ONLY = ("eval.", "stats.")
 
 
 def check_config(config) -> None:
   """Raises ValueError naming the config key of a bad value."""
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
+  stages.check_optim_config(config.optim)
   if config.mode not in harness.MODES:
     raise ValueError(f"config.mode must be one of {harness.MODES}, got {config.mode!r}")
   if config.runtime not in RUNTIMES:

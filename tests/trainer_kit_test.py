@@ -1,7 +1,6 @@
 """The trainer kit (common.lm.updates, common.lm.stages) from a notebook's point of view: a GRPO update built
 from a policy and the kit in a few lines, and a stage that resumes."""
 
-import inspect
 import os
 import shutil
 import tempfile
@@ -18,21 +17,20 @@ from configs import schema
 
 
 def grpo_update_cell(cache_dir: str, micro: int = 2):
-  """The notebook cell of the README's "Trainer kit" section: load a tiny policy, score four rollouts of two
-  tasks, GRPO advantages, one clipped-surrogate update. Returns (state before, state after, metrics)."""
+  """The README's "Trainer kit" cell with a cache folder and a micro-batch count: load a tiny policy, score four
+  rollouts of two tasks, GRPO advantages, one clipped-surrogate update. Returns (state before, after, metrics)."""
   import common
   from common.lm import model as lm
   policy = stages.load_policy(schema.model_config(checkpoint="tiny:qwen2", cache_dir=cache_dir), corpus=["a b c"])
   optim = kit.OptimSettings(learning_rate=1e-2)
   state = kit.init_state(policy.params, optim)
-  tokens = jax.random.randint(jax.random.key(0), (4, 16), 3, 200)             # 4 rollouts of 2 tasks
+  tokens = jax.random.randint(jax.random.key(0), (4, 16), 3, 200)                  # 4 rollouts of 2 tasks
   attn, mask = jnp.ones((4, 16), bool), jnp.arange(16)[None, :].repeat(4, 0) >= 8   # prompt 8, reply 8
   adv = common.compute_advantages("grpo", jnp.asarray([1., 0., 0., 1.]), jnp.asarray([0, 0, 1, 1]), num_groups=2)
   logp_old = kit.score(state.params, tokens, attn, model=policy.model)
-  loss_fn = lambda p, mb: common.clipped_surrogate_loss(lm.token_logprobs(p, mb[0], mb[1], config=policy.model),
-                                                        mb[3], mb[4], mb[2])
-  update = jax.jit(kit.policy_update, static_argnames=("loss_fn", "micro", "optim"))
-  new, metrics = update(state, loss_fn, (tokens, attn, mask, logp_old, adv), mask.sum(1) * 1.0, micro=micro, optim=optim)
+  loss = lambda p, b: common.clipped_surrogate_loss(lm.token_logprobs(p, *b[:2], config=policy.model), *b[3:], b[2])
+  new, metrics = kit.policy_update(state, loss, (tokens, attn, mask, logp_old, adv), 1. * mask.sum(1), micro=micro,
+                                   optim=optim)
   return state, new, metrics
 
 
@@ -43,13 +41,25 @@ class TrainerKitTest(absltest.TestCase):
     self.dir = tempfile.mkdtemp(prefix="kit-test-")
     self.addCleanup(shutil.rmtree, self.dir, True)
 
-  def test_a_grpo_update_fits_in_a_notebook_cell(self):
-    body = inspect.getsource(grpo_update_cell).split('"""')[-1].strip().splitlines()
-    self.assertLess(len(body), 15)
-    before, after, metrics = grpo_update_cell(os.path.join(self.dir, "ckpt"))
-    self.assertAlmostEqual(float(metrics["ratio_mean"]), 1.0, places=5)   # logp_old from the same params
-    self.assertGreater(float(metrics["grad_norm"]), 0.0)
-    moved = jax.tree.map(lambda a, b: bool(jnp.any(a != b)), before.params, after.params)
+  def test_the_readme_cell_runs_as_printed_in_under_15_lines(self):
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    start = readme.index("    import common, jax, jax.numpy as jnp\n")
+    cell = [line[4:] for line in readme[start:readme.index("\n\n", start)].splitlines()]
+    self.assertLess(len(cell), 15)
+    old = os.environ.get("AGENTIC_RL_CACHE")
+    os.environ["AGENTIC_RL_CACHE"] = os.path.join(self.dir, "cache")
+    try:
+      scope = {}
+      exec("\n".join(cell), scope)   # pylint: disable=exec-used
+    finally:
+      if old is None:
+        os.environ.pop("AGENTIC_RL_CACHE")
+      else:
+        os.environ["AGENTIC_RL_CACHE"] = old
+    self.assertAlmostEqual(float(scope["metrics"]["ratio_mean"]), 1.0, places=5)   # logp_old from the same params
+    self.assertGreater(float(scope["metrics"]["grad_norm"]), 0.0)
+    before = scope["policy"].params
+    moved = jax.tree.map(lambda x, y: bool(jnp.any(x != y)), before, scope["state"].params)
     self.assertTrue(any(jax.tree.leaves(moved)))
 
   def test_micro_batches_give_the_one_pass_update(self):
@@ -80,6 +90,33 @@ class TrainerKitTest(absltest.TestCase):
     from common import io
     self.assertEqual([r["step"] for r in io.read_jsonl(os.path.join(d, "metrics.jsonl"))], [1])
     self.assertEqual([r["step"] for r in io.read_jsonl(os.path.join(d, "rollouts.jsonl"))], [1])
+
+  def test_truncate_keeps_the_writers_encoding(self):
+    from common import io
+    path = os.path.join(self.dir, "r.jsonl")
+    io.append_jsonl(path, [{"step": 1, "text": "caf\u00e9 \u2014"}, {"step": 2, "text": "x"}], ensure_ascii=False)
+    first = open(path, encoding="utf-8").readline()
+    io.truncate_jsonl(path, 1)
+    self.assertEqual(open(path, encoding="utf-8").read(), first)   # byte for byte, no \u escapes
+
+  def test_every_trainer_checks_optim_and_planpo_rl_keys_before_writing(self):
+    from configs import phgpo_traject, planpo_twx, progagent as progagent_config
+    from phgpo import train as phgpo_train
+    from planpo import train as planpo_train
+    from progagent import train as progagent_train
+    for get, check in ((lambda: progagent_config.get_config("smoke"), progagent_train.check_config),
+                       (lambda: planpo_twx.get_config("smoke"), planpo_train.check_config),
+                       (lambda: phgpo_traject.get_config("smoke"), phgpo_train.check_config)):
+      for key, value in (("name", "sgd"), ("grad_clip", 0.0), ("b2", 1.0), ("eps", -1.0)):
+        c = get()
+        c.optim[key] = value
+        with self.assertRaisesRegex(ValueError, f"optim.*{key}"):
+          check(c)
+    for key, value in (("micro_rows", 0), ("old_logprobs", "recomputed")):
+      c = planpo_twx.get_config("smoke")
+      c.rl[key] = value
+      with self.assertRaisesRegex(ValueError, f"rl.{key}"):
+        planpo_train.check_config(c)
 
   def test_optim_settings_and_model_schema_name_bad_keys(self):
     with self.assertRaisesRegex(ValueError, "optim.name"):

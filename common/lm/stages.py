@@ -118,7 +118,7 @@ def resolve_checkpoint(model: Any, *, corpus: Sequence[str] = (), chat_template:
   sizes = dict(config_util.get(model, "tiny_sizes", None) or {}) or None
   path = lm_checkpoints.resolve_checkpoint(spec, corpus=list(corpus) if tiny else (),
                                            cache_dir=config_util.get(model, "cache_dir", "") or None,
-                                           vocab_size=int(config_util.get(model, "tiny_vocab", 400)),
+                                           vocab_size=int(config_util.get(model, "tiny_vocab", 2048)),
                                            chat_template=chat_template, sizes=sizes if tiny else None,
                                            config_key=config_key)
   if kept:
@@ -128,6 +128,30 @@ def resolve_checkpoint(model: Any, *, corpus: Sequence[str] = (), chat_template:
     os.replace(tmp, kept)
     path = kept
   return path
+
+
+# Keys of the shared schema that change where and how fast a run computes, not what it computes: a workdir may
+# resume with other values (each trainer's RESUME_FREE starts from these; experiments/train.py).
+SCALE_KEYS = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat")
+
+
+def check_optim_config(optim: Any, *, optim_key: str = "optim") -> None:
+  """The `optim` node's values checked before anything is written: name (common.lm.updates.OPTIMIZERS),
+  grad_clip > 0, 0 <= b1, b2 < 1, eps > 0, weight_decay >= 0.
+
+  Raises:
+    ValueError naming the key and the allowed values.
+  """
+  from common.lm import updates  # pylint: disable=g-import-not-at-top
+  try:
+    s = updates.optim_settings(optim, 0.0)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"config {optim_key}: {e}") from None
+  for key, ok, want in (("grad_clip", s.grad_clip > 0, "> 0"), ("b1", 0 <= s.b1 < 1, "in [0, 1)"),
+                        ("b2", 0 <= s.b2 < 1, "in [0, 1)"), ("eps", s.eps > 0, "> 0"),
+                        ("weight_decay", s.weight_decay >= 0, ">= 0")):
+    if not ok:
+      raise ValueError(f"config {optim_key}.{key}={getattr(s, key)!r} must be {want}")
 
 
 def check_model_config(model: Any, mesh: Any, *, model_key: str = "model") -> None:

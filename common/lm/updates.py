@@ -129,21 +129,24 @@ def trainable_mask(s: OptimSettings, params: Any, trainable: Any = None) -> Any:
   return None
 
 
-def init_state(params: Any, optim: OptimSettings, *, key: Any = 0, trainable: Any = None, mesh=None,
-               rules=None, commit: bool = True) -> TrainState:
+def init_state(params: Any, optim: OptimSettings, *, key: Any = 0, mesh=None, rules=None,
+               commit: bool = True) -> TrainState:
   """A fresh TrainState: params, optimizer state, RNG key, step 0.
 
   Args:
     params: the parameter pytree.
     optim: the optimizer settings.
     key: an int seed or a jax PRNG key (typed or raw u32[2]); stored as key data.
-    trainable: bool pytree of the leaves that train (None: `trainable_mask`'s choice).
+  Every leaf trains, or the LoRA adapters only with optim.adapters_only: the kit's steps rebuild the optimizer
+  from `optim` alone, so a state with another mask would not fit them (PhGPO's policies, which name their own
+  trainable leaves, build their optimizer state with make_optimizer(trainable=...) and
+  common.lm.training.init_opt_state).
     mesh, rules: place the state on this mesh (common.lm.training.place_state: parameters by the rules,
       optimizer state beside them, key and step replicated); restoring a checkpoint into it keeps them.
     commit: without a mesh, commit every leaf to the first device (jit keys its cache on committedness, so a
       restored state would otherwise recompile every step once more).
   """
-  mask = trainable_mask(optim, params, trainable)
+  mask = trainable_mask(optim, params)
   opt_state = training.init_opt_state(make_optimizer(optim, params, trainable=mask), params,
                                       master_weights=optim.master_weights, trainable=mask)
   state = TrainState(params=params, opt_state=opt_state, key=key_data(key), step=jnp.zeros((), jnp.int32))

@@ -25,7 +25,7 @@ Not a config itself (no `get_config`). Keys:
   planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
   model.*, optim.*, mesh.*   the policy, its optimizer and the device mesh (configs/schema.py, the same keys in
                     every method; model.checkpoint 'tiny:qwen2' is a tiny random checkpoint trained from scratch).
-  sft.micro_rows    rows per SFT micro-batch (gradient accumulation; 0 = one pass); rl.micro_rows: rows per RL
+  sft.micro_batch_size  rows per SFT micro-batch (gradient accumulation; 0 = one pass); rl.micro_batch_size: rows per RL
                     micro-batch and per scoring chunk (>= 1).
                     Update rows are padded to a multiple of data x fsdp; sampling runs on one device.
   rollout.kv_reuse  the sampler keeps each episode's KV cache across turns and prefills only new tokens (window
@@ -77,11 +77,12 @@ def base_config() -> ml_collections.ConfigDict:
                                                  intermediate_size=256))
   c.optim = schema.optim_config()
   c.mesh = schema.mesh_config()
-  c.sft = dict(epochs=8, batch_size=32, micro_rows=0, lr=3e-3, detour_prob=0.35, max_detours=3, think_min_sentences=0,
-               think_max_sentences=4, harmless_actions=("look around", "inventory"), move_detours=False,
-               shared=True)
-  c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, lr=1e-4, temperature=1.0, eval_temperature=1.0,
-              eval_samples=1, minibatches=2, micro_rows=32, old_logprobs="sampler", reward_scale=10.0)
+  c.sft = schema.sft_config(epochs=8, batch_size=32, learning_rate=3e-3,
+                            extra=dict(detour_prob=0.35, max_detours=3, think_min_sentences=0, think_max_sentences=4,
+                                       harmless_actions=("look around", "inventory"), move_detours=False,
+                                       shared=True))
+  c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, learning_rate=1e-4, temperature=1.0, eval_temperature=1.0,
+              eval_samples=1, minibatches=2, micro_batch_size=32, old_logprobs="sampler", reward_scale=10.0)
   c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
                   use_episode=True, alpha_constant=False, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0,
                   ratio="token",

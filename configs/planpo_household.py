@@ -93,7 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.rollout.window.max_admissible_actions = 50
   c.rollout.window.header = HEADER
   c.rollout.window.format_text = FORMAT_TEXT
-  c.sft.epochs, c.sft.batch_size, c.sft.lr = 8, 32, 3e-3
+  c.sft.epochs, c.sft.batch_size, c.sft.learning_rate = 8, 32, 3e-3
   c.sft.max_detours = 2
   c.sft.think_max_sentences = 2
   c.sft.harmless_actions = ("look", "inventory")
@@ -109,7 +109,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.window.max_admissible_actions = 20
     c.model.tiny_vocab = 600
     c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-    c.sft.epochs, c.sft.batch_size, c.sft.lr = 2, 16, 1e-2
+    c.sft.epochs, c.sft.batch_size, c.sft.learning_rate = 2, 16, 1e-2
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 2
     c.checkpoint.every = 1
     c.logging.tensorboard = False

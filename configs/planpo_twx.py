@@ -54,7 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.sft.epochs, c.sft.think_max_sentences = 12, 3
   c.sft.move_detours = True
   c.sft.harmless_actions = ("look around", "inventory")
-  c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.lr = 12, 2, 8, 1e-4
+  c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task, c.rl.learning_rate = 12, 2, 8, 1e-4
   if "ablation" in parts:
     planpo_base.ablation(c)
   if "smoke" in parts:
@@ -65,7 +65,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rollout.max_observation_chars = 200
     c.model.tiny_vocab = 1000
     c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-    c.sft.epochs, c.sft.batch_size, c.sft.lr, c.sft.shared = 3, 16, 1e-2, False
+    c.sft.epochs, c.sft.batch_size, c.sft.learning_rate, c.sft.shared = 3, 16, 1e-2, False
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 4
     c.stats.resamples = 200
     c.checkpoint.every = 1

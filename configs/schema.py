@@ -60,6 +60,23 @@ def optim_config(**overrides: Any) -> ml_collections.ConfigDict:
   return _apply(c, overrides, "optim")
 
 
+def sft_config(extra: dict | None = None, **overrides: Any) -> ml_collections.ConfigDict:
+  """The `sft` node: the SFT stage's keys read by common.lm.stages.run_sft (learning_rate, batch_size, epochs,
+  steps (0 = `epochs` passes), micro_batch_size (0 = one pass)) with `overrides` applied, plus the method's own
+  SFT keys in `extra` (its data: PlanPO's detours, ProgAgent's teacher files).
+
+  Raises:
+    KeyError: an override that is not a key of the schema, or an `extra` key that shadows one.
+  """
+  c = ml_collections.ConfigDict(dict(learning_rate=1e-5, batch_size=32, epochs=1, steps=0, micro_batch_size=0))
+  c = _apply(c, overrides, "sft")
+  for k, v in (extra or {}).items():
+    if k in c:
+      raise KeyError(f"sft.{k} is a key of the shared SFT schema; pass it as a keyword, not in `extra`")
+    c[k] = v
+  return c
+
+
 def mesh_config(shape: tuple = (1, 1, 1)) -> ml_collections.ConfigDict:
   """The `mesh` node: (data, fsdp, tensor) sizes."""
   return ml_collections.ConfigDict(dict(shape=tuple(shape)))

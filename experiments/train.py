@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -126,5 +127,17 @@ def main(argv):
   trainer.run(config, workdir, **kwargs)
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with an override of a key the config does not have (a misspelt --config.<key>) reported as
+  one line naming it instead of ml_collections' traceback (exit status 1)."""
+  try:
+    return flags.FLAGS(argv)
+  except (AttributeError, KeyError) as e:
+    bad = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+    sys.exit(f"FATAL Flags parsing error: an override names a key the config does not have ({e}); "
+             f"overrides given: {bad}. Check the spelling against the config file's get_config(), e.g. "
+             "python -c 'from configs import planpo_twx as c; print(c.get_config())'")
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

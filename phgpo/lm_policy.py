@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import ml_collections
 import numpy as np
 
 from common.lm import stages
@@ -89,9 +88,7 @@ def make_lm_policy(config, problem) -> PhGPOLMPolicy:
   """
   mc = config.model
   names = list(problem.graph.tool_names)
-  if not mc.cache_dir and config.encoder.cache_dir:
-    mc = ml_collections.ConfigDict(dict(mc.to_dict(), cache_dir=config.encoder.cache_dir))
-  path = stages.resolve_checkpoint(mc, corpus=names)
+  path = stages.resolve_checkpoint(mc, corpus=names, cache_dir=config.encoder.cache_dir or None)
   mesh, rules = stages.mesh_of(config)
   lm = tool_policy.LMToolPolicy(path, names, lora_rank=mc.lora_rank, lora_alpha=mc.lora_alpha,
                                 max_length=config.policy.lm_max_length, dtype=mc.dtype,

@@ -7,6 +7,8 @@ the host-side glue of one update (featurize, advantages, epochs, pheromone) used
 
 from __future__ import annotations
 
+import logging
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -23,6 +25,8 @@ from phgpo import objective
 from phgpo import pheromone as pher_lib
 from phgpo import policy as policy_lib
 from phgpo.problem import Problem
+
+_log = logging.getLogger(__name__)
 
 
 @flax.struct.dataclass
@@ -47,16 +51,12 @@ def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_
       edge_mask=jnp.asarray(g.edge_mask))
 
 
-def optim_settings(config: ml_collections.ConfigDict, learning_rate: float) -> kit.OptimSettings:
-  """The optimizer of a stage: config `optim.*` (Adam, `optim.name` 'adam', with global-norm clipping
-  `optim.grad_clip`; float32 master weights with `optim.master_weights`) at `learning_rate`."""
-  return kit.optim_settings(config.optim, learning_rate)
-
-
 def make_optimizer(config: ml_collections.ConfigDict, learning_rate: float, policy=None):
-  """common.lm.updates.make_optimizer of `optim_settings`; only the policy's trainable leaves (e.g. LoRA adapters
-  and the tool head) move when the policy defines `trainable_mask(params)`."""
-  return kit.make_optimizer(optim_settings(config, learning_rate), trainable=getattr(policy, "trainable_mask", None))
+  """common.lm.updates.make_optimizer of config `optim.*` (Adam, `optim.name` 'adam', with global-norm clipping
+  `optim.grad_clip`; float32 master weights with `optim.master_weights`) at `learning_rate`; only the policy's
+  trainable leaves (e.g. LoRA adapters and the tool head) move when the policy defines `trainable_mask(params)`."""
+  return kit.make_optimizer(kit.optim_settings(config.optim, learning_rate),
+                            trainable=getattr(policy, "trainable_mask", None))
 
 
 def place(state: TrainState, policy) -> TrainState:
@@ -76,14 +76,10 @@ def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: fl
     params = policy.init(init_key)
   opt = make_optimizer(config, learning_rate, policy)
   trainable = policy.trainable_mask(params) if hasattr(policy, "trainable_mask") else None
-  opt_state = training.init_opt_state(opt, params, master_weights=master_weights(config), trainable=trainable)
+  master = kit.optim_settings(config.optim, learning_rate).master_weights
+  opt_state = training.init_opt_state(opt, params, master_weights=master, trainable=trainable)
   return TrainState(params=params, opt_state=opt_state, pheromone=init_pheromone(config, problem),
                     key=jax.random.key_data(key), step=jnp.zeros((), jnp.int32))
-
-
-def master_weights(config) -> bool:
-  """Config `optim.master_weights`: float32 master weights and optimizer state (common.lm.training)."""
-  return bool(config.optim.get("master_weights", False))
 
 
 def micro_batches(config) -> int:
@@ -105,7 +101,8 @@ class Compiled:
       (`phgpo.objective.warmup_loss`)
     pher_update(pher, tools, templates, mask, scores, task_ids) -> PheromoneState (state donated)
     place_rows(tree) -> tree: batch rows sharded over the policy mesh's (data, fsdp) axes when the row count
-      is a multiple of their size (else left as is, replicated by jit); identity without a mesh.
+      is a multiple of their size (else left as is, replicated by jit, with a warning once per row count);
+      identity without a mesh.
   The updates apply gradients with common.lm.training.apply_gradients (float32 master weights when the state
   holds them, `optim.master_weights`); their forward pass runs in `policy.micro_batches` micro-batches.
   """
@@ -169,11 +166,20 @@ class Compiled:
     self.decide = jax.jit(decide)
     shards = 1 if self.mesh is None else training.batch_shards(self.mesh, self.rules)
 
+    replicated: set[int] = set()
+
     def place_rows(tree):
       if self.mesh is None:
         return tree
       rows = jax.tree.leaves(tree)[0].shape[0]
-      return training.place_batch(tree, self.mesh, self.rules) if rows % shards == 0 else tree
+      if rows % shards == 0:
+        return training.place_batch(tree, self.mesh, self.rules)
+      if rows not in replicated:   # said once per row count: every device then computes the whole batch
+        replicated.add(rows)
+        _log.warning("PhGPO: a batch of %d rows does not divide over the mesh's %d batch shards (data x fsdp), "
+                     "so it runs replicated; make rl.tasks_per_step x rl.rollouts_per_task (and the warm-up "
+                     "batch) a multiple of %d to shard it", rows, shards, shards)
+      return tree
     self.place_rows = place_rows
     self.rl_update = jax.jit(rl_update)
     self.logp_of = jax.jit(logp_of)

@@ -21,8 +21,8 @@ with detours (planpo/data.py). Then every run of `runs`:
             planpo  planpo.advantages.planpo_advantages with alpha(k) (planpo/schedule.py), `planpo.*`
                     (`planpo.use_episode` False: the ablation without A_E, A = alpha(k) A_S);
           one loss for all: planpo.objective.policy_loss (clipped surrogate + `planpo.kl_coef` x KL to the
-          frozen SFT policy), AdamW at `rl.lr`, `rl.minibatches` updates per step (the first with ratio 1),
-          each accumulated over micro-batches of `rl.micro_rows` rows. log pi_old: recomputed by a forward
+          frozen SFT policy), AdamW at `rl.learning_rate`, `rl.minibatches` updates per step (the first with ratio 1),
+          each accumulated over micro-batches of `rl.micro_batch_size` rows. log pi_old: recomputed by a forward
           pass (`rl.old_logprobs` 'recompute', verl's choice, needed when the sampler is another engine) or the
           sampler's own log-probs ('sampler': the same JAX model at the same temperature, equal to the
           recomputed ones to 1e-5, tests/lm_sampling_test.py; saves one forward pass over the batch).
@@ -92,9 +92,9 @@ def check_config(config) -> None:
   stages.check_optim_config(config.optim)
   if config.rl.get("old_logprobs", "recompute") not in ("recompute", "sampler"):
     raise ValueError(f"config `rl.old_logprobs` must be 'recompute' or 'sampler', got {config.rl.old_logprobs!r}")
-  if int(config.rl.get("micro_rows", 32)) < 1:
-    raise ValueError(f"config `rl.micro_rows` must be >= 1 (rows per RL micro-batch and per scoring chunk), got "
-                     f"{config.rl.micro_rows!r}")
+  if int(config.rl.get("micro_batch_size", 32)) < 1:
+    raise ValueError(f"config `rl.micro_batch_size` must be >= 1 (rows per RL micro-batch and per scoring chunk), got "
+                     f"{config.rl.micro_batch_size!r}")
   config.runs = config_util.split_commas(config.runs)
   bad = [r for r in config.runs if r not in ("random", "sft") and r not in config.variants]
   if bad:
@@ -150,11 +150,6 @@ def load_policy(config, corpus: Sequence[str], workdir: str | None = None) -> st
                             keep_dir=os.path.join(workdir, "policy") if workdir else None)
 
 
-def optim_of(config, learning_rate: float) -> kit.OptimSettings:
-  """The optimizer of a stage: `optim.*` at `learning_rate`, the LoRA adapters only when model.lora_rank > 0."""
-  return kit.optim_settings(config.optim, learning_rate, adapters_only=bool(config.model.get("lora_rank", 0)))
-
-
 # --- updates -------------------------------------------------------------------------------------
 #
 # Devices: the updates run on the (data, fsdp, tensor) mesh of config `mesh.shape` (default (1, 1, 1): one
@@ -196,7 +191,7 @@ def rl_step(state, tokens, attn, mask, logp_old, logp_ref, adv, weight, *, model
 def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, optim, temperature, loss_kw,
               micro_rows: int, mesh=None, rules=None):
   """One optimizer step of planpo.objective.policy_loss on a minibatch, accumulated over strided micro-batches
-  of about `micro_rows` rows (config key `rl.micro_rows`; common.lm.updates.micro_layout); equal to the step on
+  of about `micro_rows` rows (config key `rl.micro_batch_size`; common.lm.updates.micro_layout); equal to the step on
   the whole minibatch (tests/planpo_train_test.py). The rows are padded (masked copies of row 0, weight 0) to the
   layout's multiple and, with `mesh`, sharded over its batch axes. Returns (state, metrics incl. 'grad_norm').
   """
@@ -272,35 +267,23 @@ def _pad_rows(rows: Sequence[tuple[list[int], list[int]]], n: int, pad_id: int):
 
 
 def run_sft(config, policy: stages.Policy, rows, d: str, seed: int) -> kit.TrainState:
-  """SFT for `sft.epochs` over the rows in batches of `sft.batch_size` (fresh order per epoch), accumulated over
-  micro-batches of about `sft.micro_rows` rows (0 = one pass); resumes (the checkpoint restores into the
-  state's mesh shardings)."""
-  s = config.sft
+  """The SFT stage (common.lm.stages.run_sft) on (prompt ids, response ids) rows, the response tokens trained
+  on: `sft.epochs` passes in batches of `sft.batch_size` (fresh order per epoch), micro-batches of about
+  `sft.micro_batch_size` rows (0 = one pass), at `sft.learning_rate`; resumes from `d`.
+
+  Raises:
+    ValueError: no rows (no gold episode was won).
+  """
   if not rows:
     raise ValueError("SFT has no data: no gold episode of the training tasks was won within `env.max_turns` "
                      "(the replays' warnings name each dropped task), or `env.train_tasks` is 0, or the games "
                      "folder holds no games; raise env.max_turns / env.train_tasks or check the games folder")
   mesh, rules = stages.mesh_of(config)
-  optim = optim_of(config, float(s.lr))
+  optim = stages.stage_optim(config, float(config.sft.learning_rate))
   state = kit.init_state(policy.params, optim, key=seed, mesh=mesh, rules=rules)
-  bs = min(int(s.batch_size), len(rows))
-  micro, padded = kit.micro_layout(bs, int(s.get("micro_rows", 0)), training.batch_shards(mesh, rules))
-  per_epoch = -(-len(rows) // bs)
-  total = int(s.epochs) * per_epoch
   pad = policy.model.pad_token_id or 0
-  with stages.open_stage(d, state, config) as stage:
-    state = stage.state
-    for k in range(stage.start, total):
-      epoch, i = divmod(k, per_epoch)
-      order = np.random.default_rng([seed, 11, epoch]).permutation(len(rows))
-      idx = list(order[i * bs:(i + 1) * bs])
-      batch = kit.pad_batch(_pad_rows([rows[j] for j in idx], len(idx), pad), padded, masked=(2,))
-      state, m = kit.sft_update(state, *kit.place_rows(tuple(batch), mesh, rules), model=policy.model, optim=optim,
-                                micro=micro)
-      if (k + 1) % config.logging.every == 0 or k + 1 == total:
-        stage.writer.write(k + 1, {f"sft/{n}": v for n, v in jax.device_get(m).items()} | {"sft/epoch": epoch})
-      stage.save(k + 1, state, force=k + 1 == total)
-  return state
+  return stages.run_sft(d, state, config, examples=len(rows), model=policy.model, optim=optim, seed=seed,
+                        batch_of=lambda idx: _pad_rows([rows[j] for j in idx], len(idx), pad))
 
 
 def _rows(x: np.ndarray, n: int) -> np.ndarray:
@@ -320,7 +303,7 @@ def run_rl(config, policy: stages.Policy, method: str, init_params, ref_params, 
   """`rl.steps` RL steps of `method` from `init_params`; the KL reference is `ref_params`; resumes."""
   rl = config.rl
   mesh, rules = stages.mesh_of(config)
-  optim = optim_of(config, float(rl.lr))
+  optim = stages.stage_optim(config, float(rl.learning_rate))
   stage = stages.open_stage(d, kit.init_state(init_params, optim, key=seed, mesh=mesh, rules=rules), config)
   state, start, writer = stage.state, stage.start, stage.writer
   pad = policy.model.pad_token_id or 0
@@ -339,8 +322,8 @@ def run_rl(config, policy: stages.Policy, method: str, init_params, ref_params, 
       b = rollouts.collate(trajs, pad_id=pad)
       adv = compute_advantages(method, b, config=config, num_groups=n_tasks, num_rollouts=n_tasks * G, step=step)
       b["advantages"] = np.asarray(adv["advantages"])
-      micro = int(rl.get("micro_rows", 32))
-      # rows to train on: the real rows (first) padded to a multiple of `rl.micro_rows` with empty rows
+      micro = int(rl.get("micro_batch_size", 32))
+      # rows to train on: the real rows (first) padded to a multiple of `rl.micro_batch_size` with empty rows
       real = np.flatnonzero(b["valid"])
       keep = -(-(int(real[-1]) + 1 if real.size else 1) // micro) * micro
       tok, attn, mask, a_rows = (_rows(b[k], keep) for k in ("tokens", "attn", "policy_mask", "advantages"))

@@ -125,15 +125,17 @@ def run_wrong(env: ProgTaskEnv, oracle_answer, *, seed: int = 0, runtime: str = 
   return env.verify()
 
 
-def _select(spec: str | None) -> list[str]:
-  ids = tasks_lib.task_ids()
-  if not spec:
-    return ids
-  pats = [p.strip() for p in spec.split(",") if p.strip()]
-  chosen = [t for t in ids if any(t == p or t.startswith(p if "/" in p else p + "/") for p in pats)]
-  if not chosen:
-    raise SystemExit(f"--tasks {spec!r} matches no task; ids look like 'retail/pending_over_500' or a domain 'retail'")
-  return chosen
+def tasks_arg(spec: str | None) -> list[str]:
+  """The task ids of a `--tasks` flag (progagent.tasks.select_tasks: comma-separated task ids or domains; empty =
+  every task).
+
+  Raises:
+    SystemExit: a part that is neither a task id nor a domain (the message shows what ids look like).
+  """
+  try:
+    return tasks_lib.select_tasks(spec or "")
+  except KeyError as e:
+    raise SystemExit(f"--tasks {spec!r}: {e.args[0]}") from None
 
 
 def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, cache: str,
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     p.error(f"--levels / --seeds: {e}")
   if len(set(seeds)) != len(seeds) or len(set(levels)) != len(levels):
     p.error(f"--levels {a.levels} / --seeds {a.seeds}: give each level and seed once")
-  ids = _select(a.tasks)
+  ids = tasks_arg(a.tasks)
   failures: list[str] = []
   t0 = time.time()
   print(f"auditing {len(ids)} tasks in {len({t.split('/')[0] for t in ids})} domains at levels {levels}, "

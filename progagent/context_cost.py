@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
   if a.tokenizer:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(a.tokenizer, local_files_only=True)
-  ids = audit._select(a.tasks)  # pylint: disable=protected-access
+  ids = audit.tasks_arg(a.tasks)
   levels = [int(x) for x in a.levels.split(",")]
   t0 = time.time()
   with tempfile.TemporaryDirectory(prefix="progcost-") as cache:

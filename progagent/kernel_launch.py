@@ -144,7 +144,7 @@ def rebind_tmp(argv: list[str], ws_tmp: str, scratch: str,
 
 def clean_traceback(frames: list[str]) -> str:
   """Joins ipykernel's traceback entries without ANSI colours and without the prelude's own frames."""
-  keep = [f for f in frames if tool_proxy._PROXY_FILENAME not in f and tool_proxy._WIRE_FILENAME not in f]
+  keep = [f for f in frames if tool_proxy.PROXY_FILENAME not in f and tool_proxy.WIRE_FILENAME not in f]
   return ANSI_RE.sub("", "".join(keep))
 
 
@@ -469,8 +469,8 @@ def _prelude_code(socket_inside: str, tool_list: list[dict]) -> str:
       "def __progagent_setup(wire_src, proxy_src, sock, tool_list):",
       "    import sys, types",
       "    ip = get_ipython()",
-      f"    for name, fname, src in (('_progagent_tool_wire', {tool_proxy._WIRE_FILENAME!r}, wire_src),",
-      f"                             ('_progagent_tool_proxy', {tool_proxy._PROXY_FILENAME!r}, proxy_src)):",
+      f"    for name, fname, src in (('_progagent_tool_wire', {tool_proxy.WIRE_FILENAME!r}, wire_src),",
+      f"                             ('_progagent_tool_proxy', {tool_proxy.PROXY_FILENAME!r}, proxy_src)):",
       "        mod = types.ModuleType(name)",
       "        mod.__file__ = fname",
       "        sys.modules[name] = mod",

@@ -54,8 +54,8 @@ error_message = tool_wire.error_message
 describe_tools = tool_wire.describe_tools
 ERROR_OBJECT_KEYS = tool_wire.ERROR_OBJECT_KEYS
 
-_PROXY_FILENAME = "<progagent.tool_proxy>"
-_WIRE_FILENAME = "<progagent.tool_wire>"
+PROXY_FILENAME = "<progagent.tool_proxy>"
+WIRE_FILENAME = "<progagent.tool_wire>"
 ERROR_MIME = "application/vnd.progagent.error+json"
 
 

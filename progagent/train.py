@@ -70,7 +70,6 @@ from common import trajectory as traj_lib
 from common.lm import checkpoints as lm_checkpoints
 from common.lm import sampler as sampler_lib
 from common.lm import stages
-from common.lm import training
 from common.lm import updates as kit
 from progagent import harness
 from progagent import rollouts
@@ -229,16 +228,17 @@ def draw_levels(config, rng: np.random.Generator, n: int) -> list[int]:
 
 
 def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajectory], workdir: str) -> kit.TrainState:
-  """Stage 1: SFT for sft.epochs over `examples`; resumes from workdir/sft; returns the final TrainState.
+  """Stage 1: the SFT stage (common.lm.stages.run_sft) on the policy tokens of `examples`, resumed from
+  workdir/sft; returns the final TrainState (the initial one when `sft.enabled` is off or there are no examples).
 
-  Batches of `sft.batch_size` rows in a fresh order per epoch (seed `seed`), each padded to the length bucket
-  (`lengths.buckets`) of its longest row; a short last batch repeats rows, masked out. `sft.steps` > 0 sets
-  the number of updates (else `sft.epochs` passes). Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens,
-  sft/grad_norm, sft/epoch per step; sft/eval_loss (token-mean cross-entropy on all examples) at step 0 and at
-  the last step.
+  `sft.epochs` passes (or `sft.steps` updates) in batches of `sft.batch_size` rows in a fresh order per epoch
+  (seed `seed`), each padded to the length bucket (`lengths.buckets`) of its longest row, at
+  `sft.learning_rate`. Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens, sft/grad_norm, sft/epoch per
+  step; sft/eval_loss (token-mean cross-entropy on all examples, progagent.updates.mean_loss) at step 0 and at
+  the last step, with sft/examples and sft/length (the bucket of the longest example) at step 0.
   """
   sc = config.sft
-  optim = kit.optim_settings(config.optim, sc.learning_rate, adapters_only=bool(config.model.lora_rank))
+  optim = stages.stage_optim(config, sc.learning_rate)
   mesh, rules = stages.mesh_of(config)
   state = kit.init_state(policy.params, optim, key=config.seed, mesh=mesh, rules=rules, commit=False)
   if not sc.enabled or not examples:
@@ -246,42 +246,19 @@ def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajector
       _log.warning("SFT: no trajectories with score >= %s; the stage is skipped", sc.min_score)
     return state
   bs = min(sc.batch_size, len(examples))
-  if sc.micro_batch_size and bs % sc.micro_batch_size:
-    raise ValueError(f"sft.micro_batch_size={sc.micro_batch_size} must divide the batch of {bs} rows")
-  # rows per update: bs padded (repeated rows, masked out) to the micro-batch layout on the mesh's batch shards
-  micro, padded = kit.micro_layout(bs, sc.micro_batch_size, training.batch_shards(mesh, rules))
-  per_epoch = -(-len(examples) // bs)
-  total = sc.steps or sc.epochs * per_epoch
   length = updates.bucket_length(max(len(t.token_ids()) for t in examples), config.lengths.buckets)
   sizes = [len(t.token_ids()) for t in examples]
   pad = policy.model.pad_token_id or 0
-  eval_loss = lambda p: updates.mean_loss(p, examples, policy.model, pad_id=pad, rows=bs, length=length)
-  with stages.open_stage(os.path.join(workdir, "sft"), state, config) as stage:
-    state, start = stage.state, stage.start
-    if start == 0:
-      stage.writer.write(0, {"sft/eval_loss": eval_loss(state.params), "sft/examples": len(examples),
-                             "sft/length": length})
-    for step in range(start, total):
-      epoch, i = divmod(step, per_epoch)
-      order = np.random.default_rng([config.seed, 11, epoch]).permutation(len(examples))
-      rows = list(order[i * bs:(i + 1) * bs])
-      n_real = len(rows)
-      rows += [rows[0]] * (padded - n_real)      # a short last batch (and mesh padding): repeated rows, masked out
-      # each batch is padded to the bucket of its longest row (one compilation per bucket)
-      b = updates.make_batch([examples[r] for r in rows], updates.bucket_length(max(sizes[r] for r in rows),
-                                                                                 config.lengths.buckets), pad_id=pad)
-      pol = b.policy.copy()
-      pol[n_real:] = False
-      tok, attn, pol = kit.place_rows((b.tokens, b.attn, pol), mesh, rules)
-      state, m = kit.sft_update(state, tok, attn, pol, model=policy.model, optim=optim, micro=micro)
-      row = {f"sft/{k}": v for k, v in jax.device_get(m).items()}
-      row["sft/epoch"] = epoch
-      if step + 1 == total:
-        row["sft/eval_loss"] = eval_loss(state.params)
-      if (step + 1) % config.logging.every == 0 or step + 1 == total:
-        stage.writer.write(step + 1, row)
-      stage.save(step + 1, state, force=step + 1 == total)
-  return state
+
+  def batch_of(idx):   # each batch padded to the bucket of its longest row (one compilation per bucket)
+    b = updates.make_batch([examples[r] for r in idx],
+                           updates.bucket_length(max(sizes[r] for r in idx), config.lengths.buckets), pad_id=pad)
+    return b.tokens, b.attn, b.policy
+
+  return stages.run_sft(os.path.join(workdir, "sft"), state, config, examples=len(examples), batch_of=batch_of,
+                        model=policy.model, optim=optim, seed=config.seed, first_metrics={"sft/length": length},
+                        eval_loss=lambda p: updates.mean_loss(p, examples, policy.model, pad_id=pad, rows=bs,
+                                                              length=length))
 
 
 def gspo_step_batch(trajs: Sequence[traj_lib.Trajectory], *, num_groups: int, config, pad_id: int) -> updates.Batch:
@@ -297,15 +274,10 @@ def gspo_updates(state: kit.TrainState, batch: updates.Batch, *, policy: stages.
   """progagent.updates.gspo_updates with the config's `gspo.*` settings (minibatch order seeded by seed, step)."""
   g = config.gspo
   mesh, rules = stages.mesh_of(config)
-  return updates.gspo_updates(state, batch, model=policy.model, optim=gspo_optim(config),
+  return updates.gspo_updates(state, batch, model=policy.model, optim=stages.stage_optim(config, config.gspo.learning_rate),
                               minibatches=g.minibatches, epochs=g.epochs, micro_batch_size=g.micro_batch_size,
                               temperature=g.temperature, clip_low=g.clip_low, clip_high=g.clip_high,
                               logp_old=g.logp_old, perm_seed=(config.seed, 13, step), mesh=mesh, rules=rules)
-
-
-def gspo_optim(config) -> kit.OptimSettings:
-  """The GSPO stage's optimizer: `optim.*` at `gspo.learning_rate` (LoRA adapters only with model.lora_rank)."""
-  return kit.optim_settings(config.optim, config.gspo.learning_rate, adapters_only=bool(config.model.lora_rank))
 
 
 def _update_metrics(batch: updates.Batch, ms: Sequence[dict]) -> dict:
@@ -333,7 +305,7 @@ def run_gspo(config, policy: stages.Policy, init_params, task_ids: Sequence[str]
   g, e = config.gspo, config.env
   d = os.path.join(workdir, "gspo")
   mesh, rules = stages.mesh_of(config)
-  state = kit.init_state(init_params, gspo_optim(config), key=config.seed + 1, mesh=mesh, rules=rules, commit=False)
+  state = kit.init_state(init_params, stages.stage_optim(config, config.gspo.learning_rate), key=config.seed + 1, mesh=mesh, rules=rules, commit=False)
   stage = stages.open_stage(d, state, config, jsonl=("rollouts.jsonl",))
   state, start, writer = stage.state, stage.start, stage.writer
   roll_path = os.path.join(d, "rollouts.jsonl")

@@ -64,14 +64,13 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
 
 def mean_loss(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, *, pad_id: int, rows: int,
               length: int) -> float:
-  """Token-mean cross-entropy of the policy tokens of `trajs` (nats), in batches of `rows`."""
+  """Token-mean cross-entropy (nats) of the policy tokens of `trajs`, scored in batches of `rows` rows padded to
+  `length` tokens (a short last batch filled with masked copies, common.lm.updates.pad_batch)."""
   total, count = 0.0, 0.0
   for i in range(0, len(trajs), rows):
-    chunk = list(trajs[i:i + rows])
-    b = make_batch(chunk + [chunk[0]] * (rows - len(chunk)), length, pad_id=pad_id)
-    pol = b.policy.copy()
-    pol[len(chunk):] = False
-    lp = np.asarray(kit.score(params, jnp.asarray(b.tokens), jnp.asarray(b.attn), model=model, temperature=1.0))
+    b = make_batch(list(trajs[i:i + rows]), length, pad_id=pad_id)
+    tok, attn, pol = kit.pad_batch((b.tokens, b.attn, b.policy), rows, masked=(2,))
+    lp = np.asarray(kit.score_rows(params, jnp.asarray(tok), jnp.asarray(attn), model=model))
     total += float(-np.sum(np.where(pol, lp, 0.0)))
     count += float(pol.sum())
   return total / max(count, 1.0)

@@ -14,6 +14,8 @@ import functools
 import importlib
 import pathlib
 import re
+import subprocess
+import sys
 
 from absl import flags
 from absl.testing import absltest
@@ -190,6 +192,20 @@ class ConfigKeysTest(absltest.TestCase):
     if unsettable:
       msg.append(f"{len(unsettable)} config keys cannot be set from the command line:\n  " + "\n  ".join(unsettable))
     self.assertEmpty(msg, "\n".join(msg))
+
+
+class UnknownOverrideTest(absltest.TestCase):
+
+  def test_launcher_names_a_misspelt_key_in_one_line_and_writes_nothing(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    p = subprocess.run([sys.executable, "-m", "experiments.train", "--config=configs/planpo_twx.py:smoke",
+                        f"--workdir={workdir}", "--config.rl.lrr=3"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+    self.assertIn("an override names a key the config does not have", p.stderr)
+    self.assertIn("--config.rl.lrr", p.stderr)
+    self.assertNotIn("Traceback", p.stderr)
+    self.assertFalse(workdir.exists())
 
 
 if __name__ == "__main__":

@@ -294,8 +294,8 @@ class WorkdirSharingTest(absltest.TestCase):
     launcher._check_same_config(d, planpo_twx.get_config("smoke"))
     launcher._check_same_config(d, planpo_twx.get_config("ablation,smoke"))   # runs, table, reference differ
     changed = planpo_twx.get_config("smoke")
-    changed.rl.lr = 0.5
-    with self.assertRaisesRegex(ValueError, "rl.lr"):
+    changed.rl.learning_rate = 0.5
+    with self.assertRaisesRegex(ValueError, "rl.learning_rate"):
       launcher._check_same_config(d, changed)
 
   def test_reference_must_be_a_run(self):

@@ -17,8 +17,9 @@ from configs import schema
 
 
 def grpo_update_cell(cache_dir: str, micro: int = 2):
-  """The README's "Trainer kit" cell with a cache folder and a micro-batch count: load a tiny policy, score four
-  rollouts of two tasks, GRPO advantages, one clipped-surrogate update. Returns (state before, after, metrics)."""
+  """The README's "Trainer kit" cell with a cache folder and a micro-batch count, the update jitted (as the
+  README advises): load a tiny policy, score four rollouts of two tasks, GRPO advantages, one clipped-surrogate
+  update. Returns (state before, after, metrics)."""
   import common
   from common.lm import model as lm
   policy = stages.load_policy(schema.model_config(checkpoint="tiny:qwen2", cache_dir=cache_dir), corpus=["a b c"])
@@ -29,8 +30,8 @@ def grpo_update_cell(cache_dir: str, micro: int = 2):
   adv = common.compute_advantages("grpo", jnp.asarray([1., 0., 0., 1.]), jnp.asarray([0, 0, 1, 1]), num_groups=2)
   logp_old = kit.score(state.params, tokens, attn, model=policy.model)
   loss = lambda p, b: common.clipped_surrogate_loss(lm.token_logprobs(p, *b[:2], config=policy.model), *b[3:], b[2])
-  new, metrics = kit.policy_update(state, loss, (tokens, attn, mask, logp_old, adv), 1. * mask.sum(1), micro=micro,
-                                   optim=optim)
+  update = jax.jit(kit.policy_update, static_argnames=("loss_fn", "micro", "optim"))
+  new, metrics = update(state, loss, (tokens, attn, mask, logp_old, adv), 1. * mask.sum(1), micro=micro, optim=optim)
   return state, new, metrics
 
 
@@ -112,13 +113,60 @@ class TrainerKitTest(absltest.TestCase):
         c.optim[key] = value
         with self.assertRaisesRegex(ValueError, f"optim.*{key}"):
           check(c)
-    for key, value in (("micro_rows", 0), ("old_logprobs", "recomputed")):
+    for key, value in (("micro_batch_size", 0), ("old_logprobs", "recomputed")):
       c = planpo_twx.get_config("smoke")
       c.rl[key] = value
       with self.assertRaisesRegex(ValueError, f"rl.{key}"):
         planpo_train.check_config(c)
 
+  def test_run_sft_is_the_hand_loop_and_resumes_mid_stage(self):
+    policy = stages.load_policy(schema.model_config(checkpoint="tiny:qwen2", cache_dir=os.path.join(self.dir, "c")),
+                                corpus=["a b c"])
+    rng = np.random.default_rng(0)
+    rows = [(rng.integers(3, 200, size=int(n)), int(p)) for n, p in ((7, 3), (12, 4), (9, 2), (16, 8), (5, 1))]
+
+    def batch_of(idx):   # 5 rows, batches of 2: every epoch ends with one row, padded with a masked copy
+      tok, attn, mask = np.zeros((len(idx), 16), np.int32), np.zeros((len(idx), 16), bool), np.zeros((len(idx), 16), bool)
+      for i, j in enumerate(idx):
+        t, p = rows[j]
+        tok[i, :len(t)], attn[i, :len(t)], mask[i, p:len(t)] = t, True, True
+      return tok, attn, mask
+
+    def config(steps):
+      return ml_collections.ConfigDict(dict(
+          sft=schema.sft_config(learning_rate=1e-2, batch_size=2, epochs=2, steps=steps),
+          checkpoint=dict(every=1, max_to_keep=2), logging=dict(every=1, tensorboard=False)))
+
+    optim = kit.OptimSettings(learning_rate=1e-2)
+    run = lambda d, steps: stages.run_sft(d, kit.init_state(policy.params, optim, key=3), config(steps), examples=5,
+                                          batch_of=batch_of, model=policy.model, optim=optim, seed=3)
+    whole = run(os.path.join(self.dir, "whole"), 0)
+    self.assertEqual(int(whole.step), 6)   # 2 epochs of ceil(5 / 2) updates
+    # the same stage stopped after 4 updates (a fixed sft.steps), then resumed to its 2 epochs
+    run(os.path.join(self.dir, "cut"), 4)
+    resumed = run(os.path.join(self.dir, "cut"), 0)
+    # the hand loop: fresh order per epoch, a short batch padded with a masked copy of its first row
+    state = kit.init_state(policy.params, optim, key=3)
+    for epoch in range(2):
+      order = np.random.default_rng([3, 11, epoch]).permutation(5)
+      for i in range(3):
+        tok, attn, mask = batch_of(list(order[2 * i:2 * i + 2]))
+        if len(tok) == 1:
+          tok, attn, mask = (np.concatenate([tok, tok]), np.concatenate([attn, attn]),
+                             np.concatenate([mask, np.zeros_like(mask)]))
+        state, _ = kit.sft_update(state, tok, attn, mask, model=policy.model, optim=optim)
+    for got in (whole, resumed):
+      jax.tree.map(np.testing.assert_array_equal, got.params, state.params)
+    from common import io
+    self.assertEqual([r["step"] for r in io.read_jsonl(os.path.join(self.dir, "cut", "metrics.jsonl"))],
+                     [1, 2, 3, 4, 5, 6])
+    with self.assertRaisesRegex(ValueError, "SFT has no rows"):
+      stages.run_sft(os.path.join(self.dir, "none"), state, config(0), examples=0, batch_of=batch_of,
+                     model=policy.model, optim=optim, seed=3)
+
   def test_optim_settings_and_model_schema_name_bad_keys(self):
+    with self.assertRaisesRegex(KeyError, "sft.epochs is a key of the shared SFT schema"):
+      schema.sft_config(extra=dict(epochs=3))
     with self.assertRaisesRegex(ValueError, "optim.name"):
       kit.optim_settings({"name": "sgd"}, 1e-3)
     with self.assertRaisesRegex(KeyError, "model.lr"):

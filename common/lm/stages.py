@@ -1,9 +1,11 @@
-"""The trainer kit's furniture around the updates: loading a policy and opening a stage.
+"""The trainer kit's furniture around the updates: loading a policy, opening a stage, the SFT stage.
 
 `load_policy(model, ...)` is the one resolver for every checkpoint kind a config names in `model.checkpoint`
 ('tiny:<family>' written here, a local Hugging Face folder); `open_stage(dir, state, config)` gives a stage
 (an SFT or RL phase of one run) its checkpointer, the restored state, the first step to run and its metric
-writer, with every JSON-lines log of the stage cut back to the restored step.
+writer, with every JSON-lines log of the stage cut back to the restored step; `stage_optim(config, lr)` is a
+stage's optimizer and `run_sft(dir, state, config, ...)` the whole SFT stage of every method (PlanPO's and
+ProgAgent's; its `sft` keys come from configs/schema.py `sft_config`).
 
 The `model` config node (configs/schema.py `model_config`) has the same keys in every method:
   checkpoint   'tiny:<family>' (a tiny random checkpoint written into `cache_dir`, tokenizer trained on the
@@ -19,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
+import numpy as np
 
 from common import chat as chat_lib
 from common import checkpoint as ckpt_lib
@@ -33,6 +36,7 @@ from common.lm import config as config_lib
 from common.lm import loading
 from common.lm import lora as lora_lib
 from common.lm import training
+from common.lm import updates as kit
 from common.lm.config import ModelConfig
 
 # ModelConfig fields a trainer's `model` node may set on a loaded checkpoint.
@@ -102,10 +106,12 @@ def load_policy(model: Any, *, mesh=None, rules=None, corpus: Sequence[str] = ()
 
 
 def resolve_checkpoint(model: Any, *, corpus: Sequence[str] = (), chat_template: str | None = None,
-                       keep_dir: str | None = None, config_key: str = "config.model.checkpoint") -> str:
+                       keep_dir: str | None = None, config_key: str = "config.model.checkpoint",
+                       cache_dir: str | None = None) -> str:
   """The checkpoint folder of `model.checkpoint` (load_policy's arguments): a local Hugging Face folder as it is,
-  or a 'tiny:<family>' checkpoint written into `model.cache_dir` (vocabulary `model.tiny_vocab`, shapes
-  `model.tiny_sizes`, tokenizer trained on `corpus`), kept in `keep_dir` when given.
+  or a 'tiny:<family>' checkpoint written into `model.cache_dir` (else `cache_dir`, e.g. PhGPO's
+  `encoder.cache_dir`; vocabulary `model.tiny_vocab`, shapes `model.tiny_sizes`, tokenizer trained on `corpus`),
+  kept in `keep_dir` when given.
 
   Raises:
     ValueError: an empty or missing checkpoint, an unknown tiny family (the message names `config_key`).
@@ -117,7 +123,7 @@ def resolve_checkpoint(model: Any, *, corpus: Sequence[str] = (), chat_template:
     return kept
   sizes = dict(config_util.get(model, "tiny_sizes", None) or {}) or None
   path = lm_checkpoints.resolve_checkpoint(spec, corpus=list(corpus) if tiny else (),
-                                           cache_dir=config_util.get(model, "cache_dir", "") or None,
+                                           cache_dir=config_util.get(model, "cache_dir", "") or cache_dir or None,
                                            vocab_size=int(config_util.get(model, "tiny_vocab", 2048)),
                                            chat_template=chat_template, sizes=sizes if tiny else None,
                                            config_key=config_key)
@@ -216,3 +222,89 @@ def open_stage(directory: str, state: Any, config: Any, *, place=None, jsonl: Se
     io.truncate_jsonl(os.path.join(directory, name), start)
   writer = metric_writer.MetricWriter(directory, resume_step=start, tensorboard=config.logging.tensorboard)
   return Stage(ck, place(state), start, writer)
+
+
+# --- the SFT stage ---------------------------------------------------------------------------------------
+
+def stage_optim(config: Any, learning_rate: float) -> kit.OptimSettings:
+  """A stage's optimizer: `optim.*` (common.lm.updates.optim_settings) at the stage's `learning_rate`
+  (`sft.learning_rate`, `rl.learning_rate`, `gspo.learning_rate`), training the LoRA adapters only when
+  `model.lora_rank` > 0."""
+  rank = config_util.get(config_util.get(config, "model", None), "lora_rank", 0)
+  return kit.optim_settings(config.optim, learning_rate, adapters_only=bool(rank))
+
+
+class SFTSchedule(NamedTuple):
+  """batch_size rows per update (<= the examples), updates per epoch, updates in all, micro-batches per update
+  and the padded row count of an update (common.lm.updates.micro_layout)."""
+  batch_size: int
+  per_epoch: int
+  total: int
+  micro: int
+  padded: int
+
+
+def sft_schedule(examples: int, sft: Any, shards: int = 1) -> SFTSchedule:
+  """The SFT stage's schedule over `examples` rows from the `sft` node: `sft.batch_size` rows per update (at most
+  the examples), `sft.steps` updates (0 = `sft.epochs` passes, the last batch of a pass short) in micro-batches
+  of about `sft.micro_batch_size` rows (0 = one pass), padded for `shards` batch shards."""
+  bs = min(int(sft.batch_size), int(examples))
+  per_epoch = -(-int(examples) // bs)
+  micro, padded = kit.micro_layout(bs, int(config_util.get(sft, "micro_batch_size", 0)), shards)
+  return SFTSchedule(bs, per_epoch, int(config_util.get(sft, "steps", 0)) or int(sft.epochs) * per_epoch,
+                     micro, padded)
+
+
+def run_sft(directory: str, state: kit.TrainState, config: Any, *, examples: int,
+            batch_of: Callable[[list[int]], tuple], model: ModelConfig, optim: kit.OptimSettings, seed: int,
+            eval_loss: Callable[[Any], float] | None = None, first_metrics: dict | None = None) -> kit.TrainState:
+  """The SFT stage: token-mean cross-entropy on the masked tokens of `examples` rows (common.lm.updates.
+  sft_update), resumed from `directory` (open_stage); returns the final TrainState.
+
+  Each epoch visits the rows in a fresh order (numpy Generator [seed, 11, epoch]), in batches of
+  `sft_schedule`; a short batch (the last of a pass, or the mesh's padding) is filled with masked copies of its
+  first row (common.lm.updates.pad_batch), so the copies count in no loss or normaliser. The batch's rows are
+  sharded over the state's mesh when `config.mesh` names one (mesh_of).
+
+  Args:
+    directory: the stage's folder (checkpoints/, metrics.jsonl).
+    state: the initial TrainState (common.lm.updates.init_state), restored from the latest checkpoint.
+    config: the run's config: `sft.*` (sft_schedule), `mesh.*`, `checkpoint.*`, `logging.every`,
+      `logging.tensorboard`.
+    examples: the number of rows.
+    batch_of: row indices -> (tokens i32[b, L], attn bool[b, L], mask bool[b, L]) numpy arrays of those rows
+      (the method's padding to its length buckets; b = len(indices)).
+    model, optim: the model config and the optimizer settings (stage_optim).
+    seed: the order's seed.
+    eval_loss: params -> token-mean loss (nats) on all rows, logged as sft/eval_loss at step 0 and at the last
+      step; None = not logged.
+    first_metrics: more metrics of the step-0 row (written with eval_loss).
+  Metrics (directory/metrics.jsonl, every `logging.every` updates and the last): sft/loss (nats per token),
+  sft/tokens, sft/grad_norm, sft/epoch.
+  Raises:
+    ValueError: no rows.
+  """
+  if examples < 1:
+    raise ValueError("SFT has no rows; give the stage at least one example (or disable it)")
+  mesh, rules = mesh_of(config)
+  plan = sft_schedule(examples, config.sft, training.batch_shards(mesh, rules))
+  with open_stage(directory, state, config) as stage:
+    state = stage.state
+    if stage.start == 0 and eval_loss is not None:
+      stage.writer.write(0, {"sft/eval_loss": eval_loss(state.params), "sft/examples": examples,
+                             **(first_metrics or {})})
+    for k in range(stage.start, plan.total):
+      epoch, i = divmod(k, plan.per_epoch)
+      order = np.random.default_rng([seed, 11, epoch]).permutation(examples)
+      idx = [int(j) for j in order[i * plan.batch_size:(i + 1) * plan.batch_size]]
+      batch = kit.pad_batch(tuple(batch_of(idx)), plan.padded, masked=(2,))
+      state, m = kit.sft_update(state, *kit.place_rows(batch, mesh, rules), model=model, optim=optim,
+                                micro=plan.micro)
+      last = k + 1 == plan.total
+      row = {f"sft/{n}": v for n, v in jax.device_get(m).items()} | {"sft/epoch": epoch}
+      if last and eval_loss is not None:
+        row["sft/eval_loss"] = eval_loss(state.params)
+      if (k + 1) % config.logging.every == 0 or last:
+        stage.writer.write(k + 1, row)
+      stage.save(k + 1, state, force=last)
+  return state

@@ -182,7 +182,7 @@ def apply_gradients(state: TrainState, grads: Any, optim: OptimSettings) -> tupl
 def micro_layout(rows: int, micro_rows: int, shards: int = 1) -> tuple[int, int]:
   """(n micro-batches, padded row count) of an update of `rows` rows in micro-batches of about `micro_rows`
   rows (0 = one pass): n = ceil(rows / micro_rows), rows padded to a multiple of lcm(n, shards) (`shards` = the
-  mesh's batch shards, common.lm.training.batch_shards). Config keys: `sft.micro_batch_size`, `rl.micro_rows`,
+  mesh's batch shards, common.lm.training.batch_shards). Config keys: `sft.micro_batch_size`, `rl.micro_batch_size`,
   `gspo.micro_batch_size`."""
   n = 1 if not micro_rows else max(1, -(-int(rows) // int(micro_rows)))
   return n, training.pad_rows(rows, training.lcm(n, shards))

@@ -17,6 +17,7 @@ import importlib
 import pkgutil
 from typing import Sequence
 
+from common import config_util
 from progagent.tasks import base
 
 # Every module of this package except the framework is a domain (DOMAIN, TASKS); adding a domain is adding
@@ -64,7 +65,7 @@ def select_tasks(spec: str | Sequence[str]) -> list[str]:
   """
   if not spec:
     return task_ids()
-  parts = [p.strip() for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+  parts = config_util.split_commas(spec) if isinstance(spec, str) else list(spec)
   out: list[str] = []
   for part in parts:
     ids = task_ids(part) if part in DOMAINS else [get_task(part).task_id]

@@ -134,6 +134,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     return flags.FLAGS(argv)
   except (AttributeError, KeyError) as e:
     bad = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+    keys = {k for b in bad for k in b[len("--config."):].split(".")}
+    if not any(f"'{k}'" in str(e) or f".{k}" in str(e) for k in keys):
+      raise   # not an override's key (e.g. a bug inside the config file): the full traceback
     sys.exit(f"FATAL Flags parsing error: an override names a key the config does not have ({e}); "
              f"overrides given: {bad}. Check the spelling against the config file's get_config(), e.g. "
              "python -c 'from configs import planpo_twx as c; print(c.get_config())'")

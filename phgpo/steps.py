@@ -74,10 +74,11 @@ def init_state(config, policy, problem: Problem, *, seed: int, learning_rate: fl
   key, init_key = jax.random.split(key)
   if params is None:
     params = policy.init(init_key)
-  opt = make_optimizer(config, learning_rate, policy)
-  trainable = policy.trainable_mask(params) if hasattr(policy, "trainable_mask") else None
-  master = kit.optim_settings(config.optim, learning_rate).master_weights
-  opt_state = training.init_opt_state(opt, params, master_weights=master, trainable=trainable)
+  settings = kit.optim_settings(config.optim, learning_rate)
+  trainable_mask = getattr(policy, "trainable_mask", None)
+  opt = kit.make_optimizer(settings, trainable=trainable_mask)
+  trainable = trainable_mask(params) if trainable_mask is not None else None
+  opt_state = training.init_opt_state(opt, params, master_weights=settings.master_weights, trainable=trainable)
   return TrainState(params=params, opt_state=opt_state, pheromone=init_pheromone(config, problem),
                     key=jax.random.key_data(key), step=jnp.zeros((), jnp.int32))
 

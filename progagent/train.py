@@ -245,9 +245,9 @@ def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajector
     if sc.enabled:
       _log.warning("SFT: no trajectories with score >= %s; the stage is skipped", sc.min_score)
     return state
-  bs = min(sc.batch_size, len(examples))
-  length = updates.bucket_length(max(len(t.token_ids()) for t in examples), config.lengths.buckets)
+  bs = stages.sft_schedule(len(examples), sc).batch_size
   sizes = [len(t.token_ids()) for t in examples]
+  length = updates.bucket_length(max(sizes), config.lengths.buckets)
   pad = policy.model.pad_token_id or 0
 
   def batch_of(idx):   # each batch padded to the bucket of its longest row (one compilation per bucket)

@@ -207,6 +207,17 @@ class UnknownOverrideTest(absltest.TestCase):
     self.assertNotIn("Traceback", p.stderr)
     self.assertFalse(workdir.exists())
 
+  def test_an_error_inside_the_config_file_keeps_its_traceback(self):
+    d = pathlib.Path(self.create_tempdir().full_path)
+    (d / "broken.py").write_text("def get_config():\n  return None.learning_rate\n")
+    p = subprocess.run([sys.executable, "-m", "experiments.train", f"--config={d / 'broken.py'}",
+                        f"--workdir={d / 'run'}", "--config.seed=3"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    self.assertNotEqual(p.returncode, 0)
+    self.assertNotIn("an override names a key", p.stderr)
+    self.assertIn("Traceback", p.stderr)
+    self.assertIn("learning_rate", p.stderr)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -1,10 +1,25 @@
-"""Test-session setup: 8 fake CPU devices for the sharding tests, set before JAX starts."""
+"""Test-session setup: 8 fake CPU devices for the sharding tests and a session-wide JAX compilation cache, set
+before JAX starts."""
 import os
 
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
   os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# One JAX persistent compilation cache per test session, shared by the xdist workers and every process the
+# tests start (launcher runs, resumed runs, multi-host processes): the same smoke-size programs are compiled
+# once per session instead of once per process. The controller makes it (the workers inherit the variables)
+# and removes it at exit; a JAX_COMPILATION_CACHE_DIR set by the user is used as given and kept.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+  _jax_cache = tempfile.mkdtemp(prefix="agentic_rl_jax_cache_")
+  atexit.register(shutil.rmtree, _jax_cache, ignore_errors=True)
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _jax_cache
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 # absltest helpers (create_tempdir, ...) read absl flags; pytest never parses them.
 from absl import flags as _absl_flags  # noqa: E402

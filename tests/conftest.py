@@ -7,18 +7,21 @@ if "xla_force_host_platform_device_count" not in _flags:
   os.environ["XLA_FLAGS"] = (_flags + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# One JAX persistent compilation cache per test session, shared by the xdist workers and every process the
-# tests start (launcher runs, resumed runs, multi-host processes): the same smoke-size programs are compiled
-# once per session instead of once per process. The controller makes it (the workers inherit the variables)
-# and removes it at exit; a JAX_COMPILATION_CACHE_DIR set by the user is used as given and kept.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+# One folder per test session, shared by the xdist workers (tests/shared_runs.py keeps runs that several test
+# modules read there) and holding one JAX persistent compilation cache, used by the workers and every process
+# the tests start (launcher runs, resumed runs, multi-host processes): the same smoke-size programs are compiled
+# once per session instead of once per process. The controller makes the folder (the workers inherit the
+# variables) and removes it at exit; a JAX_COMPILATION_CACHE_DIR set by the user is used as given and kept.
+if "AGENTIC_RL_TEST_SESSION_DIR" not in os.environ:
   import atexit
   import shutil
   import tempfile
-  _jax_cache = tempfile.mkdtemp(prefix="agentic_rl_jax_cache_")
-  atexit.register(shutil.rmtree, _jax_cache, ignore_errors=True)
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _jax_cache
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  _session = tempfile.mkdtemp(prefix="agentic_rl_test_session_")
+  atexit.register(shutil.rmtree, _session, ignore_errors=True)
+  os.environ["AGENTIC_RL_TEST_SESSION_DIR"] = _session
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ["AGENTIC_RL_TEST_SESSION_DIR"], "jax_cache")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 # absltest helpers (create_tempdir, ...) read absl flags; pytest never parses them.

@@ -1,16 +1,14 @@
-"""phgpo.analysis, experiments/phgpo_plots.py and experiments/phgpo_notebook.ipynb, on a smoke run made here.
+"""phgpo.analysis, experiments/phgpo_plots.py and experiments/phgpo_notebook.ipynb, on a smoke run.
 
-The smoke run (configs/phgpo_traject.py:smoke, runs warmup and phgpo, in-process environments) is trained
-once per module by the launcher in a subprocess, exactly as a user would; the notebook is then executed top
-to bottom by nbclient on the venv's python3 kernel with PHGPO_RUN_DIR pointing at it.
+The smoke run (configs/phgpo_traject.py:smoke, its four runs, sandboxed environments) is trained once per test
+session by the launcher in a subprocess, exactly as a user would (tests/shared_runs.py; phgpo_train_test reads
+it too); this module works on its own copy. The notebook is executed top to bottom by nbclient on the venv's
+python3 kernel with PHGPO_RUN_DIR pointing at it.
 """
 
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
-import tempfile
 
 import nbclient
 import nbformat
@@ -19,12 +17,13 @@ import psutil
 import pytest
 
 import procs
+import shared_runs
 from experiments import phgpo_plots
 from phgpo import analysis
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "experiments" / "phgpo_notebook.ipynb"
-CACHE = os.path.join(tempfile.gettempdir(), "agentic_rl_test_cache")  # shared with phgpo_train_test
+CACHE = shared_runs.CACHE
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -43,15 +42,10 @@ def env_cache():
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory, env_cache):
-  """A trained smoke run directory: <workdir>/random/seed_0/{warmup,phgpo}/ with pheromone snapshots."""
+  """A copy of the launcher's smoke run (tests/shared_runs.py, made once per session and shared with
+  phgpo_train_test): <workdir>/random/seed_0/{nearest,warmup,grpo,phgpo}/ with pheromone snapshots."""
   del env_cache
-  workdir = tmp_path_factory.mktemp("phgpo_run")
-  cmd = [sys.executable, "-m", "experiments.train", "--config=configs/phgpo_traject.py:smoke",
-         f"--workdir={workdir}", "--noprogress", "--config.runs=warmup,phgpo", "--config.env.sandboxed=False",
-         "--config.logging.tensorboard=False"]
-  out = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=1200)
-  assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stderr[-5000:]}"
-  return workdir
+  return shared_runs.copy_of(shared_runs.phgpo_smoke(), tmp_path_factory.mktemp("phgpo_run"))
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +125,8 @@ def test_load_run_restores_the_latest_checkpoint(view, smoke_run):
   snaps = view.snapshots()
   assert sorted(snaps) == sorted(view.config.logging.pheromone_snapshots)
   np.testing.assert_array_equal(snaps[view.step], view.tau)   # the last snapshot is the final state's tau
-  with pytest.raises(FileNotFoundError, match=r"seed_0/grpo not found.*holds \['phgpo', 'warmup'\]"):
-    analysis.load_run(smoke_run, run="grpo")
+  with pytest.raises(FileNotFoundError, match=r"seed_0/rho0 not found.*holds \['grpo', 'nearest', 'phgpo', 'warmup'\]"):
+    analysis.load_run(smoke_run, run="rho0")
   with pytest.raises(FileNotFoundError, match="seed_0/phgpo not found.*older layout"):
     analysis.load_run(smoke_run, run="phgpo", split="chain")
 
@@ -173,7 +167,7 @@ def test_older_layout_without_split_folders(smoke_run, view, tmp_path):
   old.mkdir()
   shutil.copy(smoke_run / "config.json", old / "config.json")
   (old / "seed_0").symlink_to(smoke_run / "random" / "seed_0")
-  assert analysis.find_runs(str(old)) == [(None, 0, "phgpo"), (None, 0, "warmup")]
+  assert analysis.find_runs(str(old)) == [(None, 0, r) for r in ("grpo", "nearest", "phgpo", "warmup")]
   paths = analysis.plot_all(str(old), splits=[None], runs=["warmup", "phgpo"], seeds=[0],
                             tool_names=view.tool_names)
   assert sorted(paths) == [str(old / "plots" / "heatmap_phgpo_seed0.png"), str(old / "plots" / "learning_curves.png")]

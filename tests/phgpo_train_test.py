@@ -11,6 +11,7 @@ import numpy as np
 from absl.testing import absltest
 
 import procs
+import shared_runs
 from configs import phgpo_traject
 from phgpo import classifier_rollout
 from phgpo import evaluation
@@ -25,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _smoke_config():
   c = phgpo_traject.get_config("smoke")
-  c.encoder.cache_dir = os.path.join(tempfile.gettempdir(), "agentic_rl_test_cache")
+  c.encoder.cache_dir = shared_runs.CACHE
   c.logging.tensorboard = True
   return c
 
@@ -153,9 +154,14 @@ class PhGPOTrainTest(absltest.TestCase):
       self.assertLessEqual(table.max(), c.pheromone.tau_max + 1e-7)
 
   def test_comparison_writes_table_and_artifacts(self):
-    d = self.create_tempdir().full_path
+    """The launcher's smoke run (tests/shared_runs.py, shared with phgpo_notebook_test), then train.run on a
+    copy of its workdir: every run is finished, so it trains nothing and prints the launcher's table."""
+    shared = shared_runs.phgpo_smoke()
+    d = str(shared_runs.copy_of(shared, self.create_tempdir().full_path))
+    self.assertEqual(tuple(self.config.runs), shared_runs.PHGPO_SMOKE_RUNS)
     lines = []
     results = train.run(self.config, d, progress=False, log=lines.append)
+    self.assertIn(lines[-2], (shared / "stdout.txt").read_text())   # the same table, code commit included
     self.assertEqual(set(results), {"random"})
     by_run = results["random"][0]
     self.assertEqual(set(by_run), {"nearest", "warmup", "grpo", "phgpo"})

@@ -123,11 +123,10 @@ class ProgAgentShardedTest(parameterized.TestCase):
 
   @parameterized.parameters("sft", "gspo")
   def test_accumulation_equals_one_pass(self, kind):
-    if True:
-      p, _, met, _ = _progagent(kind, "cube", True, micro=2)
-      ref_p, ref_m = _progagent_ref(kind, True)
-      _close(self, _host(p), ref_p)
-      np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5, atol=1e-6)
+    p, _, met, _ = _progagent(kind, "cube", True, micro=2)
+    ref_p, ref_m = _progagent_ref(kind, True)
+    _close(self, _host(p), ref_p)
+    np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5, atol=1e-6)
 
   def test_gspo_updates_pad_minibatches_to_the_mesh(self):
     from progagent import updates
@@ -156,39 +155,38 @@ class ProgAgentShardedTest(parameterized.TestCase):
 
   @parameterized.parameters(False, True)
   def test_bf16_params_with_f32_master_weights(self, lora):
-    if True:
-      _, p16 = _model(lora, "none", "bfloat16")
-      # the float32 reference starts from the same (bfloat16-representable) values
-      p32 = jax.tree.map(lambda x: np.asarray(x, np.float32), p16)
-      p, o, met, state = _progagent("sft", "cube", lora, param_dtype="bfloat16", master=True)
-      ref, _, ref_m, _ = _progagent("sft", "single", lora, params=p32)
-      self.assertIsInstance(o, training.MasterState)
-      for x in jax.tree.leaves(p):
-        self.assertEqual(x.dtype, jnp.bfloat16)
-      for x in jax.tree.leaves(o):
-        if jnp.issubdtype(x.dtype, jnp.floating):
-          self.assertEqual(x.dtype, jnp.float32)
-      masters = [x for x in jax.tree.leaves(o.master)]
-      self.assertLen(masters, len(jax.tree.leaves(lora_lib.partition(p16, extra=())[0])) if lora
-                     else len(jax.tree.leaves(p16)))
-      # master weights equal the float32 step; the bf16 params are them rounded
-      flat_m = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(o.master)[0]}
-      for (k, r), (_, x) in zip(jax.tree_util.tree_flatten_with_path(_host(ref))[0],
-                                jax.tree_util.tree_flatten_with_path(_host(p))[0]):
-        if jax.tree_util.keystr(k) in flat_m:
-          # the gradient of a bfloat16 parameter is rounded to bfloat16 (relative 2^-8) before Adam
-          np.testing.assert_allclose(np.asarray(flat_m[jax.tree_util.keystr(k)]), r, rtol=2 ** -8, atol=1e-4)
-        np.testing.assert_allclose(x, r, rtol=2 ** -7, atol=1e-4, err_msg=jax.tree_util.keystr(k))
-      np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5)
-      if lora:   # the state with its master weights goes through a checkpoint and back, shardings kept
-        st = state.replace(params=p, opt_state=o)
-        ck = ckpt_lib.Checkpointer(self.create_tempdir().full_path)
-        ck.save(1, st)
-        back = ck.restore(1, state)
-        ck.close()
-        _close(self, _host(back), _host(st), tol=0)
-        self.assertEqual(back.opt_state.master["layers"]["attn"]["q_proj"]["lora_a"].sharding,
-                         state.opt_state.master["layers"]["attn"]["q_proj"]["lora_a"].sharding)
+    _, p16 = _model(lora, "none", "bfloat16")
+    # the float32 reference starts from the same (bfloat16-representable) values
+    p32 = jax.tree.map(lambda x: np.asarray(x, np.float32), p16)
+    p, o, met, state = _progagent("sft", "cube", lora, param_dtype="bfloat16", master=True)
+    ref, _, ref_m, _ = _progagent("sft", "single", lora, params=p32)
+    self.assertIsInstance(o, training.MasterState)
+    for x in jax.tree.leaves(p):
+      self.assertEqual(x.dtype, jnp.bfloat16)
+    for x in jax.tree.leaves(o):
+      if jnp.issubdtype(x.dtype, jnp.floating):
+        self.assertEqual(x.dtype, jnp.float32)
+    masters = [x for x in jax.tree.leaves(o.master)]
+    self.assertLen(masters, len(jax.tree.leaves(lora_lib.partition(p16, extra=())[0])) if lora
+                   else len(jax.tree.leaves(p16)))
+    # master weights equal the float32 step; the bf16 params are them rounded
+    flat_m = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(o.master)[0]}
+    for (k, r), (_, x) in zip(jax.tree_util.tree_flatten_with_path(_host(ref))[0],
+                              jax.tree_util.tree_flatten_with_path(_host(p))[0]):
+      if jax.tree_util.keystr(k) in flat_m:
+        # the gradient of a bfloat16 parameter is rounded to bfloat16 (relative 2^-8) before Adam
+        np.testing.assert_allclose(np.asarray(flat_m[jax.tree_util.keystr(k)]), r, rtol=2 ** -8, atol=1e-4)
+      np.testing.assert_allclose(x, r, rtol=2 ** -7, atol=1e-4, err_msg=jax.tree_util.keystr(k))
+    np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5)
+    if lora:   # the state with its master weights goes through a checkpoint and back, shardings kept
+      st = state.replace(params=p, opt_state=o)
+      ck = ckpt_lib.Checkpointer(self.create_tempdir().full_path)
+      ck.save(1, st)
+      back = ck.restore(1, state)
+      ck.close()
+      _close(self, _host(back), _host(st), tol=0)
+      self.assertEqual(back.opt_state.master["layers"]["attn"]["q_proj"]["lora_a"].sharding,
+                       state.opt_state.master["layers"]["attn"]["q_proj"]["lora_a"].sharding)
 
 
 # --- PlanPO ----------------------------------------------------------------------------------------------
@@ -237,11 +235,10 @@ class PlanPOShardedTest(parameterized.TestCase):
 
   @parameterized.parameters("sft", "rl")
   def test_accumulation_equals_one_pass(self, kind):
-    if True:
-      p, met = _planpo(kind, "cube", False, micro_rows=3)   # 8 rows -> 3 strided micro-batches of 4 (padded)
-      ref_p, ref_m = _planpo_ref(kind, False)
-      _close(self, p, ref_p)
-      np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5, atol=1e-6)
+    p, met = _planpo(kind, "cube", False, micro_rows=3)   # 8 rows -> 3 strided micro-batches of 4 (padded)
+    ref_p, ref_m = _planpo_ref(kind, False)
+    _close(self, p, ref_p)
+    np.testing.assert_allclose(met["loss"], ref_m["loss"], rtol=1e-5, atol=1e-6)
 
 
 # --- PhGPO's LM policy -----------------------------------------------------------------------------------

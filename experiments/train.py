@@ -120,9 +120,12 @@ def main(argv):
       config.data.path = _DATA_DIR.value
   config_util.split_list_overrides(config)
   trainer = trainer_of(config)
-  trainer.check_config(config)   # a bad value is named before anything is written into the workdir
-  os.makedirs(workdir, exist_ok=True)
-  _check_same_config(workdir, config, trainer, write=process.process_id == 0)
+  try:
+    trainer.check_config(config)   # a bad value is named before anything is written into the workdir
+    os.makedirs(workdir, exist_ok=True)
+    _check_same_config(workdir, config, trainer, write=process.process_id == 0)
+  except ValueError as e:   # a bad value, or a workdir of another config: one line, not a traceback
+    sys.exit(f"FATAL {e}")
   kwargs = {"progress": _PROGRESS.value} if "progress" in inspect.signature(trainer.run).parameters else {}
   trainer.run(config, workdir, **kwargs)
 
@@ -135,11 +138,17 @@ def parse_flags(argv: list[str]) -> list[str]:
   except (AttributeError, KeyError) as e:
     bad = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
     keys = {k for b in bad for k in b[len("--config."):].split(".")}
-    if not any(f"'{k}'" in str(e) or f".{k}" in str(e) for k in keys):
+    # ml_collections' "Did you mean" message holds the key in escaped quotes and an escaped newline
+    msg = str(e).replace("\\n", " ").replace("\\", "")
+    if not any(f"'{k}'" in msg or f".{k}" in msg for k in keys):
       raise   # not an override's key (e.g. a bug inside the config file): the full traceback
-    sys.exit(f"FATAL Flags parsing error: an override names a key the config does not have ({e}); "
-             f"overrides given: {bad}. Check the spelling against the config file's get_config(), e.g. "
-             "python -c 'from configs import planpo_twx as c; print(c.get_config())'")
+    named = [b for b in bad if any(f"'{k}'" in msg or f".{k}" in msg for k in b[len("--config."):].split("."))]
+    given = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), "")
+    module = os.path.splitext(os.path.basename(given.split(":", 1)[0]))[0] or "<config module>"
+    hint = " ".join(msg.replace("'", "").split()).strip('"')
+    sys.exit(f"FATAL Flags parsing error: {', '.join(named) or bad} names a key the config does not have "
+             f"({hint}). Check the spelling against the config file's get_config(), e.g. "
+             f"python -c 'from configs import {module} as c; print(c.get_config())'")
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ def check_config(config) -> None:
   """
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   stages.check_optim_config(config.optim)
+  stages.check_sft_config(config.sft)
   if config.rl.get("old_logprobs", "recompute") not in ("recompute", "sampler"):
     raise ValueError(f"config `rl.old_logprobs` must be 'recompute' or 'sampler', got {config.rl.old_logprobs!r}")
   if int(config.rl.get("micro_batch_size", 32)) < 1:

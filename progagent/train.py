@@ -96,6 +96,7 @@ def check_config(config) -> None:
   """Raises ValueError naming the config key of a bad value."""
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   stages.check_optim_config(config.optim)
+  stages.check_sft_config(config.sft)
   if config.mode not in harness.MODES:
     raise ValueError(f"config.mode must be one of {harness.MODES}, got {config.mode!r}")
   if config.runtime not in RUNTIMES:

@@ -202,10 +202,38 @@ class UnknownOverrideTest(absltest.TestCase):
                         f"--workdir={workdir}", "--config.rl.lrr=3"], cwd=REPO, capture_output=True, text=True,
                        timeout=300)
     self.assertEqual(p.returncode, 1, p.stderr[-2000:])
-    self.assertIn("an override names a key the config does not have", p.stderr)
+    self.assertIn("--config.rl.lrr names a key the config does not have", p.stderr)
     self.assertIn("--config.rl.lrr", p.stderr)
     self.assertNotIn("Traceback", p.stderr)
     self.assertFalse(workdir.exists())
+
+  def _launch(self, *args):
+    return subprocess.run([sys.executable, "-m", "experiments.train", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+  def test_a_close_typo_and_a_misspelt_node_are_one_line_naming_the_config_module(self):
+    for config, override in (("planpo_twx.py:smoke", "--config.rl.learnin_rate=1"),
+                             ("planpo_twx.py:smoke", "--config.rll.learning_rate=1"),
+                             ("phgpo_traject.py:smoke", "--config.pheromone.rhoo=0.1")):
+      workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+      p = self._launch(f"--config=configs/{config}", f"--workdir={workdir}", override)
+      self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+      self.assertNotIn("Traceback", p.stderr)
+      self.assertIn(override.split("=")[0] + " names a key the config does not have", p.stderr)
+      self.assertIn(f"from configs import {config.split('.')[0]} as c", p.stderr)
+      self.assertFalse(workdir.exists())
+
+  def test_bad_sft_values_are_one_line_and_write_nothing(self):
+    for override, msg in (("--config.sft.batch_size=0", "sft.batch_size=0 must be an integer >= 1"),
+                          ("--config.sft.learning_rate=-1.0", "sft.learning_rate=-1.0 must be > 0"),
+                          ("--config.sft.epochs=0", "sft.epochs and sft.steps are both 0"),
+                          ("--config.optim.grad_clip=-1.0", "optim.grad_clip=-1.0 must be > 0")):
+      workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+      p = self._launch("--config=configs/planpo_twx.py:smoke", f"--workdir={workdir}", override)
+      self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+      self.assertIn(msg, p.stderr)
+      self.assertNotIn("Traceback", p.stderr)
+      self.assertFalse(workdir.exists())
 
   def test_an_error_inside_the_config_file_keeps_its_traceback(self):
     d = pathlib.Path(self.create_tempdir().full_path)

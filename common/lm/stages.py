@@ -160,6 +160,33 @@ def check_optim_config(optim: Any, *, optim_key: str = "optim") -> None:
       raise ValueError(f"config {optim_key}.{key}={getattr(s, key)!r} must be {want}")
 
 
+def check_sft_config(sft: Any, *, sft_key: str = "sft") -> None:
+  """The `sft` node's kit keys (configs/schema.py sft_config) checked before anything is written: batch_size >= 1,
+  epochs >= 1 or steps >= 1 (steps >= 0, epochs >= 0), learning_rate > 0, micro_batch_size >= 0 (0 = one pass).
+  A method that can skip its SFT stage says so with its own key (ProgAgent `sft.enabled`), not with 0 epochs.
+
+  Raises:
+    ValueError naming the key, the value and the allowed values.
+  """
+  get = lambda k, d=0: config_util.get(sft, k, d)
+  for key, ok, want in (
+      ("batch_size", _is_int(get("batch_size")) and get("batch_size") >= 1, "an integer >= 1"),
+      ("epochs", _is_int(get("epochs")) and get("epochs") >= 0, "an integer >= 0"),
+      ("steps", _is_int(get("steps")) and get("steps") >= 0, "an integer >= 0 (0 = sft.epochs passes)"),
+      ("micro_batch_size", _is_int(get("micro_batch_size")) and get("micro_batch_size") >= 0,
+       "an integer >= 0 (0 = one pass)"),
+      ("learning_rate", isinstance(get("learning_rate"), (int, float)) and get("learning_rate") > 0, "> 0")):
+    if not ok:
+      raise ValueError(f"config {sft_key}.{key}={get(key)!r} must be {want}")
+  if get("epochs") == 0 and get("steps") == 0:
+    raise ValueError(f"config {sft_key}.epochs and {sft_key}.steps are both 0: the SFT stage would make no update; "
+                     f"give {sft_key}.epochs >= 1 or {sft_key}.steps >= 1")
+
+
+def _is_int(x) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool)
+
+
 def check_model_config(model: Any, mesh: Any, *, model_key: str = "model") -> None:
   """The `model` and `mesh` nodes' values checked before anything is written (common.lm.training.
   check_scale_config), plus lora_rank >= 0.

@@ -224,16 +224,24 @@ class UnknownOverrideTest(absltest.TestCase):
       self.assertFalse(workdir.exists())
 
   def test_bad_sft_values_are_one_line_and_write_nothing(self):
-    for override, msg in (("--config.sft.batch_size=0", "sft.batch_size=0 must be an integer >= 1"),
-                          ("--config.sft.learning_rate=-1.0", "sft.learning_rate=-1.0 must be > 0"),
-                          ("--config.sft.epochs=0", "sft.epochs and sft.steps are both 0"),
-                          ("--config.optim.grad_clip=-1.0", "optim.grad_clip=-1.0 must be > 0")):
-      workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
-      p = self._launch("--config=configs/planpo_twx.py:smoke", f"--workdir={workdir}", override)
-      self.assertEqual(p.returncode, 1, p.stderr[-2000:])
-      self.assertIn(msg, p.stderr)
-      self.assertNotIn("Traceback", p.stderr)
-      self.assertFalse(workdir.exists())
+    # Through the launcher once (one line, exit 1, nothing written), then each value against check_config,
+    # which the launcher calls before anything is written.
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    p = self._launch("--config=configs/planpo_twx.py:smoke", f"--workdir={workdir}", "--config.sft.batch_size=0")
+    self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+    self.assertIn("sft.batch_size=0 must be an integer >= 1", p.stderr)
+    self.assertNotIn("Traceback", p.stderr)
+    self.assertFalse(workdir.exists())
+    from configs import planpo_twx   # pylint: disable=import-outside-toplevel
+    from planpo import train as planpo_train   # pylint: disable=import-outside-toplevel
+    for key, value, msg in (("sft.learning_rate", -1.0, "sft.learning_rate=-1.0 must be > 0"),
+                            ("sft.epochs", 0, "sft.epochs and sft.steps are both 0"),
+                            ("optim.grad_clip", -1.0, "optim.grad_clip=-1.0 must be > 0")):
+      c = planpo_twx.get_config("smoke")
+      node, leaf = key.split(".")
+      c[node][leaf] = value
+      with self.assertRaisesRegex(ValueError, re.escape(msg)):
+        planpo_train.check_config(c)
 
   def test_an_error_inside_the_config_file_keeps_its_traceback(self):
     d = pathlib.Path(self.create_tempdir().full_path)

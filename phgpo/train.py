@@ -50,20 +50,20 @@ from phgpo import data as data_lib
 from phgpo import evaluation
 from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
+from phgpo import retrieval_policy
 from phgpo import steps
 from phgpo.runs import RUN_SPECS, TABLE_RUNS, run_config
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
-# What each run changes in the config, applied by `run_config`. 'nearest' and 'warmup' train nothing after the
-# warm-up; the others run stages 2-3 from the warm-up policy.
 SL_STEPS = ("teacher_forced", "all")
+POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (phgpo.problem.make_policy)
 
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs a
 # table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
 RESUME_FREE = stages.SCALE_KEYS
-REPORT_ONLY = ("runs", "table", "reference", "stats.", "seeds", "splits")
+REPORT_ONLY = ("runs", "table", "reference", "primary", "stats.", "seeds", "splits")
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -73,8 +73,16 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   non-negative integers), `reference` (a run name, or ''), `rl.sl_steps`, `rl.tis_cap`, the curriculum floors,
   `ablation.freeze_at` and `logging.pheromone_snapshots`.
   """
-  if config.policy.get("kind", "") == "lm":
+  kind = config.policy.get("kind", "")
+  if kind not in POLICY_KINDS:
+    raise ValueError(f"config policy.kind={kind!r} is not one of {list(POLICY_KINDS)}")
+  if kind == "lm":
     stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
+  if kind == "retrieval_mlp":
+    ks = tuple(config.policy.vote_ks)
+    if not ks or any(int(k) != k or k < 1 for k in ks):
+      raise ValueError(f"config policy.vote_ks must be neighbour counts >= 1, e.g. (1, 3, 5); got {ks}")
+    retrieval_policy.leakage_mode(config.policy.leakage, "random")   # names a bad policy.leakage
   stages.check_optim_config(config.optim)
   with config.unlocked():
     config.runs = config_util.split_commas(config.runs)
@@ -121,6 +129,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if not pc.kappa > 0 or int(pc.bank_per_edge) < 1 or int(pc.top_k_similar) < 1:
     raise ValueError(f"config pheromone.kappa must be > 0 and pheromone.bank_per_edge, pheromone.top_k_similar >= 1; "
                      f"got {pc.kappa}, {pc.bank_per_edge}, {pc.top_k_similar}")
+  if pc.bank_seed not in steps.BANK_SEEDS:
+    raise ValueError(f"config pheromone.bank_seed must be one of {steps.BANK_SEEDS}, got {pc.bank_seed!r}")
+  if pc.bank_leakage not in steps.BANK_LEAKAGE:
+    raise ValueError(f"config pheromone.bank_leakage must be one of {steps.BANK_LEAKAGE}, got {pc.bank_leakage!r}")
   if pc.dep_units not in pher_lib.DEP_UNITS:
     raise ValueError(f"config pheromone.dep_units must be one of {pher_lib.DEP_UNITS}, got {pc.dep_units!r}")
   if int(pc.freeze_at) < -1:
@@ -327,30 +339,59 @@ class _CompiledCache:
 def _strip(res: dict) -> dict:
   """A results dict without its per-task lists (for the summary files)."""
   out = {k: v for k, v in res.items() if k != "per_task"}
-  if isinstance(out.get("policy_only"), dict):
-    out["policy_only"] = _strip(out["policy_only"])
+  for sub in evaluation.SUB_ROWS:
+    if isinstance(out.get(sub), dict):
+      out[sub] = _strip(out[sub])
   return out
+
+
+def _with_policy(config, kind: str) -> ml_collections.ConfigDict:
+  """`config` with policy.kind = kind (the warm-up of a run whose RUN_SPECS entry names another policy)."""
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  cfg.policy.kind = kind
+  cfg.lock()
+  return cfg
 
 
 def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, workdir: str, *, seed: int,
              progress: bool = True) -> dict:
-  """The runs of config `runs` for one seed of one split, all RL runs from the same warm-up policy.
+  """The runs of config `runs` for one seed of one split, all RL runs of one policy kind from the same warm-up.
 
   Each run's held-out metrics and per-task predictions go to `<workdir>/seed_<s>/<run>/results.json`; a
-  finished run is not repeated, an unfinished one resumes from its latest checkpoint.
+  finished run is not repeated, an unfinished one resumes from its latest checkpoint. A run whose RUN_SPECS
+  entry names another `policy` (e.g. 'phgpo_encoder') starts from that policy's own warm-up, kept in
+  seed_<s>/warmup_<kind>.
 
   Returns:
     {run name: metrics dict (`phgpo.evaluation.evaluate`'s, plus 'first_success' and 'train_seconds' for RL
-    runs, and 'policy_only' for runs decoded with the pheromone)}.
+    runs, 'policy_only' for runs decoded with the pheromone, and, with config `eval.test_pheromone`,
+    'test_pheromone' for runs trained with beta = 0: the same policy decoded with the config's pheromone)}.
   """
   if isinstance(compiled, _CompiledCache):
     cache = compiled
   else:
     cache = _CompiledCache(compiled.policy, problem)
     cache.put(config, compiled)
+  caches = {config.policy.kind: cache}
+  warms: dict = {}
   base = os.path.join(workdir, f"seed_{seed}")
+
+  def cache_of(cfg) -> _CompiledCache:
+    kind = cfg.policy.kind
+    if kind not in caches:
+      caches[kind] = _CompiledCache(problem_lib.make_policy(cfg, problem), problem)
+    return caches[kind]
+
+  def warm_of(kind: str):
+    """(warm-up state, its Compiled) of a policy kind; the config's own kind warms up in seed_<s>/warmup."""
+    if kind not in warms:
+      cfg = config if kind == config.policy.kind else _with_policy(config, kind)
+      comp = cache_of(cfg).get(cfg)
+      name = "warmup" if kind == config.policy.kind else f"warmup_{kind}"
+      warms[kind] = (run_warmup(cfg, problem, comp, os.path.join(base, name), seed=seed, progress=progress), comp)
+    return warms[kind]
+
   out = {}
-  warm = None
   for run in config.runs:
     rdir = os.path.join(base, run)
     res_path = os.path.join(rdir, "results.json")
@@ -360,21 +401,22 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
       continue
     spec = RUN_SPECS[run]
     os.makedirs(rdir, exist_ok=True)
-    if spec["kind"] == "nearest":
-      res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
+    if spec["kind"] in ("nearest", "vote"):
+      if spec["kind"] == "nearest":
+        res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
+      else:
+        res = evaluation.vote_query(problem, spec["k"], success_threshold=config.eval.success_threshold)
       _write_json(res_path, res)
       out[run] = res
       continue
-    base_compiled = cache.get(config)
-    if warm is None:   # the warm-up's checkpoints live in seed_<s>/warmup whether or not it is a table row
-      warm = run_warmup(config, problem, base_compiled, os.path.join(base, "warmup"), seed=seed,
-                        progress=progress)
     if spec["kind"] == "warmup":
+      warm, base_compiled = warm_of(spec.get("policy", config.policy.kind))
       res = evaluation.evaluate(config, base_compiled, warm.params, warm.pheromone, problem, beta=0.0, w=0.0,
                                 seed=seed)
     else:
       cfg = run_config(config, run)
-      comp = cache.get(cfg)
+      warm, _ = warm_of(cfg.policy.kind)
+      comp = cache_of(cfg).get(cfg)
       t0 = time.time()
       st = run_rl(cfg, problem, comp, rdir, seed=seed, init_params=warm.params, progress=progress, desc=run)
       pc = cfg.pheromone
@@ -384,6 +426,12 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
         # The same policy decoded without the pheromone: what the network itself learned.
         res["policy_only"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem, beta=0.0, w=0.0,
                                                  seed=seed)
+      elif config.eval.get("test_pheromone", False):
+        # The beta = 0 policy decoded with the config's pheromone (updated during its RL, never used there):
+        # the prior at decode time only, against PhGPO's prior during RL.
+        res["test_pheromone"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem,
+                                                    beta=config.pheromone.beta_max, w=config.pheromone.w_max,
+                                                    seed=seed)
       with open(os.path.join(rdir, "first_success.json")) as f:
         fs = json.load(f)
       res["first_success"] = first_success_summary(fs["first"], fs["visited"])
@@ -440,7 +488,8 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
     ref = config.reference if config.reference in config.runs else None
     title = f"{config.table} table, {split} split: {len(problem.eval_idx)} held-out tasks"
     st = dict(confidence=config.stats.confidence, resamples=config.stats.resamples, method=config.stats.method)
-    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title, **st))
+    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title,
+                                          primary=config.get("primary", ""), **st))
     paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref, **st)
   from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
   pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),

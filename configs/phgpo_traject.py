@@ -91,6 +91,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # test_pheromone: beta = 0 runs are also decoded with the pheromone (the sub-row 'pheromone at test only')
   c.eval = dict(temperature=0.0, success_threshold=0.7, test_pheromone=False)
   c.stats = dict(confidence=0.95, resamples=10000, method="BCa")
+  # The regime gate printed before each seed's RL runs (phgpo/train.py regime_gate): run `policy` against the
+  # training-free run `baseline` on held-out match ratio, PASS within `tolerance` points ('' = no gate).
+  c.gate = dict(policy="", baseline="", tolerance=0.0)
   c.checkpoint = dict(every=25, max_to_keep=2)
   c.logging = dict(every=5, tensorboard=True, pheromone_snapshots=(0, 20, 60))
 
@@ -108,6 +111,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.pheromone.bank_leakage = "auto"
     c.pheromone.bank_per_edge = 64      # keeps 99 % of the training tasks' gold entries (16: 81 %)
     c.eval.test_pheromone = True
+    c.gate.policy, c.gate.baseline = "warmup", "vote3"
     if arg == "retrieval_smoke":
       c.seeds = (0,)
       c.data.max_tasks = 120

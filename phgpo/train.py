@@ -63,15 +63,15 @@ POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (ph
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs a
 # table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
 RESUME_FREE = stages.SCALE_KEYS
-REPORT_ONLY = ("runs", "table", "reference", "primary", "stats.", "seeds", "splits")
+REPORT_ONLY = ("runs", "table", "reference", "primary", "gate.", "stats.", "seeds", "splits")
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the config key of a bad value; splits comma-separated run and split lists in place.
 
   Checks `runs` (names of `RUN_SPECS`, no repeats), `splits` ('random', 'chain'), `seeds` (distinct
-  non-negative integers), `reference` (a run name, or ''), `rl.sl_steps`, `rl.tis_cap`, the curriculum floors,
-  `ablation.freeze_at` and `logging.pheromone_snapshots`.
+  non-negative integers), `reference` (a run name, or ''), `gate.*`, `rl.sl_steps`, `rl.tis_cap`, the
+  curriculum floors, `ablation.freeze_at` and `logging.pheromone_snapshots`.
   """
   kind = config.policy.get("kind", "")
   if kind not in POLICY_KINDS:
@@ -109,6 +109,13 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.reference and config.reference not in RUN_SPECS:
     raise ValueError(f"config reference {config.reference!r} is not a run name; valid: {list(RUN_SPECS)}, or '' for "
                      "no paired differences (a reference outside config runs gives none either)")
+  g = config.get("gate", None)
+  if g is not None and (g.policy or g.baseline):
+    bad = [k for k in ("policy", "baseline") if g[k] not in RUN_SPECS]
+    if bad or not float(g.tolerance) >= 0:
+      raise ValueError(f"config gate.policy and gate.baseline must be run names (e.g. 'warmup', 'vote3'; valid: "
+                       f"{list(RUN_SPECS)}) and gate.tolerance >= 0 points; got {g.policy!r}, {g.baseline!r}, "
+                       f"{g.tolerance}")
   if config.rl.sl_steps not in SL_STEPS:
     raise ValueError(f"config rl.sl_steps must be one of {SL_STEPS}, got {config.rl.sl_steps!r}")
   if not config.rl.tis_cap >= 0:
@@ -353,8 +360,30 @@ def _with_policy(config, kind: str) -> ml_collections.ConfigDict:
   return cfg
 
 
+def regime_gate(config, results: dict) -> str | None:
+  """The regime check printed before a seed's RL runs (config `gate`): the trained policy `gate.policy` against
+  the training-free row `gate.baseline` on held-out match ratio and exact match (percent).
+
+  PASS when the policy's match ratio is at least the baseline's minus `gate.tolerance` (points): the RL rows
+  then start from a policy as good as retrieval, the regime in which "does the pheromone help RL" can be
+  answered (issue 24). FAIL says so and that no pheromone row is to be read as an answer; the runs go on.
+  Returns None when `gate.policy` is '' (no gate) or either row is not among the results yet.
+  """
+  g = config.get("gate", None)
+  if g is None or not g.policy or g.policy not in results or g.baseline not in results:
+    return None
+  pol, base = results[g.policy], results[g.baseline]
+  d = 100 * (pol["match_ratio"] - base["match_ratio"])
+  ok = d >= -float(g.tolerance)
+  verdict = ("PASS: RL starts from a policy as good as retrieval" if ok else
+             "FAIL: the policy is below retrieval; no pheromone row of this seed answers the question")
+  return (f"regime gate: {g.policy} MR {100 * pol['match_ratio']:.2f} (exact {100 * pol['exact_match']:.2f}) vs "
+          f"{g.baseline} MR {100 * base['match_ratio']:.2f} (exact {100 * base['exact_match']:.2f}): "
+          f"{d:+.2f} points, tolerance {float(g.tolerance):.2f}: {verdict}")
+
+
 def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, workdir: str, *, seed: int,
-             progress: bool = True) -> dict:
+             progress: bool = True, log: Callable[[str], None] = print) -> dict:
   """The runs of config `runs` for one seed of one split, all RL runs of one policy kind from the same warm-up.
 
   Each run's held-out metrics and per-task predictions go to `<workdir>/seed_<s>/<run>/results.json`; a
@@ -391,8 +420,13 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
       warms[kind] = (run_warmup(cfg, problem, comp, os.path.join(base, name), seed=seed, progress=progress), comp)
     return warms[kind]
 
-  out = {}
+  out, gated = {}, False
   for run in config.runs:
+    if not gated and RUN_SPECS[run]["kind"] == "rl":
+      gated = True
+      line = regime_gate(config, out)
+      if line is not None:
+        log(f"seed {seed}: {line}")
     rdir = os.path.join(base, run)
     res_path = os.path.join(rdir, "results.json")
     if os.path.exists(res_path):
@@ -483,7 +517,7 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
     tool_names = list(problem.graph.tool_names)
     cache = _CompiledCache(problem_lib.make_policy(config, problem), problem)
     sdir = os.path.join(workdir, split)
-    results[split] = {seed: run_seed(config, problem, cache, sdir, seed=seed, progress=progress)
+    results[split] = {seed: run_seed(config, problem, cache, sdir, seed=seed, progress=progress, log=log)
                       for seed in config.seeds}
     ref = config.reference if config.reference in config.runs else None
     title = f"{config.table} table, {split} split: {len(problem.eval_idx)} held-out tasks"

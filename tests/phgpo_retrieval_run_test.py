@@ -25,7 +25,16 @@ class RetrievalRunTest(absltest.TestCase):
     c.runs = ("nearest", "vote3", "warmup", "grpo", "phgpo_gold")
     cls.config = c
     cls.workdir = tempfile.mkdtemp(prefix="phgpo-retrieval-")
-    cls.results = train.run(c, cls.workdir, progress=False, log=lambda _: None)
+    cls.lines = []
+    cls.results = train.run(c, cls.workdir, progress=False, log=cls.lines.append)
+
+  def test_regime_gate_is_printed_before_the_rl_runs(self):
+    gates = [i for i, l in enumerate(self.lines) if l.startswith("seed 0: regime gate: warmup MR")]
+    self.assertLen(gates, 1)
+    self.assertIn(" vs vote3 MR ", self.lines[gates[0]])
+    self.assertRegex(self.lines[gates[0]], r": (PASS|FAIL): ")
+    table = next(i for i, l in enumerate(self.lines) if "retrieval table" in l)
+    self.assertLess(gates[0], table)
 
   def test_table_rows_sub_rows_and_primary(self):
     by_run = self.results["random"][0]
@@ -57,6 +66,29 @@ class RetrievalRunTest(absltest.TestCase):
       plan = analysis.plan(view, query, max_steps=3, **kw)
       self.assertLen(plan, 3)
       self.assertTrue(set(plan) <= names)
+
+
+class RegimeGateTest(absltest.TestCase):
+
+  def _config(self, **gate):
+    c = phgpo_traject.get_config("retrieval")
+    c.gate.update(gate)
+    return c
+
+  def test_pass_fail_and_tolerance(self):
+    res = {"warmup": {"match_ratio": 0.8808, "exact_match": 0.7575},
+           "vote3": {"match_ratio": 0.8845, "exact_match": 0.7485}}
+    line = train.regime_gate(self._config(), res)
+    self.assertIn("warmup MR 88.08 (exact 75.75) vs vote3 MR 88.45 (exact 74.85): -0.37 points", line)
+    self.assertIn("FAIL: the policy is below retrieval", line)
+    self.assertIn("PASS", train.regime_gate(self._config(tolerance=0.5), res))
+    self.assertIsNone(train.regime_gate(self._config(policy=""), res))
+    self.assertIsNone(train.regime_gate(self._config(), {"vote3": res["vote3"]}))
+
+  def test_bad_gate_is_named(self):
+    c = self._config(baseline="vote4")
+    with self.assertRaisesRegex(ValueError, "gate.policy and gate.baseline must be run names"):
+      train.check_config(c)
 
 
 if __name__ == "__main__":

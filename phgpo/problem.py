@@ -14,6 +14,7 @@ import numpy as np
 
 from phgpo import data as data_lib
 from phgpo import graph as graph_lib
+from phgpo import long_horizon
 from phgpo import policy as policy_lib
 
 
@@ -60,7 +61,7 @@ def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") ->
     split: 'random' (the authors' stratified query split, `phgpo.data.split_tasks`), 'chain' (whole tool
       chains held out, `phgpo.data.split_tasks_by_chain`) or 'long' (SYNTHETIC: the random split's training
       tasks plus their composed pairs, held-out = composed pairs of held-out tasks only, 6-20 calls,
-      `phgpo.data.compose_long_horizon`); one entry of config `splits`.
+      `phgpo.long_horizon.compose_long_horizon`); one entry of config `splits`.
 
   Raises:
     ValueError: an unknown split.
@@ -85,8 +86,8 @@ def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") ->
   if split == "long":   # SYNTHETIC: the random split's sides, each task joined with one of its own side
     kw = dict(min_calls=config.data.long_min_calls, max_calls=config.data.long_max_calls,
               seed=config.data.split_seed)
-    long_train = data_lib.compose_long_horizon(train_tasks, **kw)
-    eval_tasks = data_lib.compose_long_horizon(eval_tasks, **kw)
+    long_train = long_horizon.compose_long_horizon(train_tasks, **kw)
+    eval_tasks = long_horizon.compose_long_horizon(eval_tasks, **kw)
     train_tasks = train_tasks + long_train
     tasks = tasks + long_train + eval_tasks
   pos = {t.task_id: i for i, t in enumerate(tasks)}

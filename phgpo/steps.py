@@ -241,9 +241,11 @@ class Compiled:
     self.pher_update = jax.jit(pher_update, donate_argnums=0)
 
 
-def gold_decisions(problem: Problem) -> np.ndarray:
-  """i64[P, 2]: every gold decision (task, step) of the training split, the warm-up's data."""
-  return np.array([(i, t) for i in problem.train_idx for t in range(problem.gold_len[i])], np.int64)
+def gold_decisions(problem: Problem, task_idx: np.ndarray | None = None) -> np.ndarray:
+  """i64[P, 2]: every gold decision (task, step) of the task rows `task_idx` (default: the training split),
+  the warm-up's data."""
+  rows = problem.train_idx if task_idx is None else task_idx
+  return np.array([(i, t) for i in rows for t in range(problem.gold_len[i])], np.int64)
 
 
 def warmup_step(compiled: Compiled, state: TrainState, problem: Problem, decisions: np.ndarray,

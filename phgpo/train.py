@@ -38,7 +38,6 @@ from typing import Callable
 import jax
 import ml_collections
 import numpy as np
-import tqdm
 
 from common import config_util
 from common import io
@@ -52,6 +51,7 @@ from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
 from phgpo import retrieval_policy
 from phgpo import steps
+from phgpo import warmup
 from phgpo.runs import RUN_SPECS, TABLE_RUNS, run_config
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
@@ -84,6 +84,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config policy.vote_ks must be neighbour counts >= 1, e.g. (1, 3, 5); got {ks}")
     retrieval_policy.leakage_mode(config.policy.leakage, "random")   # names a bad policy.leakage
   stages.check_optim_config(config.optim)
+  warmup.check_warmup_config(config.warmup)
   with config.unlocked():
     config.runs = config_util.split_commas(config.runs)
     config.splits = config_util.split_commas(config.splits)
@@ -153,57 +154,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "curriculum.p_tf_floor > 0 (the authors: 0.05)")
 
 
-def _progress(total: int, initial: int, desc: str, enabled: bool):
-  return tqdm.tqdm(total=total, initial=initial, desc=desc, disable=not enabled, dynamic_ncols=True,
-                   leave=False)
-
-
 def _write_json(path: str, obj: dict) -> None:
   io.write_json(path, obj, sort_keys=True)
-
-
-def _open_run(config, workdir: str, init: TrainState, policy=None):
-  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run
-  (common.lm.stages.open_stage). The state is placed first (`phgpo.steps.place`: on the LM policy's mesh, else
-  on the default device), so a checkpoint restores into the same shardings."""
-  stage = stages.open_stage(workdir, init, config, place=lambda s: steps.place(s, policy))
-  return stage.checkpointer, stage.state, stage.start, stage.writer
-
-
-def _log_now(config, step: int, total: int) -> bool:
-  return (step + 1) % config.logging.every == 0 or step + 1 == total
-
-
-def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int,
-               progress: bool = True) -> TrainState:
-  """Stage 1: supervised next-tool learning on the gold trajectories of the training split.
-
-  Saves the whole train state every `checkpoint.every` steps and at the end; resumes from the latest step
-  when called again with the same workdir. Returns the final train state.
-  """
-  os.makedirs(workdir, exist_ok=True)
-  wc = config.warmup
-  state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=wc.learning_rate)
-  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
-  pairs = steps.gold_decisions(problem)
-  bs = min(wc.batch_size, len(pairs))
-  bar = _progress(wc.steps, start, f"warm-up seed {seed}", progress)
-  for step in range(start, wc.steps):
-    rng = np.random.default_rng([seed, 1, step])
-    sel = pairs[rng.choice(len(pairs), size=bs, replace=False)]
-    state, aux = steps.warmup_step(compiled, state, problem, sel, step)
-    if _log_now(config, step, wc.steps):
-      aux = jax.device_get(aux)
-      writer.write(step + 1, {"warmup/" + k: v for k, v in aux.items()})
-      bar.set_postfix(loss=f"{float(aux['loss']):.3f}", acc=f"{float(aux['accuracy']):.3f}")
-    ck.maybe_save(step + 1, state, force=step + 1 == wc.steps)
-    bar.update(1)
-  bar.close()
-  if ck.latest_step() != wc.steps:
-    ck.save(wc.steps, state)
-  writer.close()
-  ck.close()
-  return state
 
 
 def _snapshot(config, workdir: str, step: int, pher) -> None:
@@ -257,7 +209,8 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                            params=init_params)
-  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
+  stage = warmup.open_run(config, workdir, state, compiled.policy)
+  ck, state, start, writer = stage.checkpointer, stage.state, stage.start, stage.writer
   fs_path = os.path.join(workdir, "first_success.json")
   fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": {}}
   # Steps after the checkpoint are replayed: forget what they recorded.
@@ -267,7 +220,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   envs = rollout_lib.make_envs(config, problem, rc.tasks_per_step * m)
   try:
     train_len = problem.gold_len[problem.train_idx]
-    bar = _progress(rc.steps, start, f"{desc} seed {seed}", progress)
+    bar = warmup.progress_bar(rc.steps, start, f"{desc} seed {seed}", progress)
     for step in range(start, rc.steps):
       if pc.beta_max > 0:
         _snapshot(config, workdir, step, state.pheromone)
@@ -297,7 +250,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
         if own[i] and mr[i] >= config.eval.success_threshold and tid not in first:
           first[tid] = step + 1
       _write_json(fs_path, {"first": first, "visited": visited})
-      if _log_now(config, step, rc.steps):
+      if warmup.log_now(config, step, rc.steps):
         aux = jax.device_get(aux)
         row = {f"rl/{k}": v for k, v in aux.items()}
         row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(mr.mean()), "rl/beta": sv.beta,
@@ -417,7 +370,8 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
       cfg = config if kind == config.policy.kind else _with_policy(config, kind)
       comp = cache_of(cfg).get(cfg)
       name = "warmup" if kind == config.policy.kind else f"warmup_{kind}"
-      warms[kind] = (run_warmup(cfg, problem, comp, os.path.join(base, name), seed=seed, progress=progress), comp)
+      warm = warmup.run_warmup(cfg, problem, comp, os.path.join(base, name), seed=seed, progress=progress)
+      warms[kind] = (warm, comp)
     return warms[kind]
 
   out, gated = {}, False

@@ -12,6 +12,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from phgpo import data
+from phgpo import long_horizon
 
 DOMAIN_COUNTS = {"Education": 200, "Finance": 135, "Gaming": 185, "Mapping": 200, "Music": 200,
                  "News_Media": 180, "Travel": 170, "Weather": 200, "eCommerce": 200}
@@ -155,20 +156,20 @@ class LongHorizonTest(absltest.TestCase):
     root = _real_root()
     tasks = data.load_tasks(root, domains=["Finance"])
     train, held = data.split_tasks(tasks, seed=0)
-    long_held = data.compose_long_horizon(held, seed=0)
-    self.assertEqual(data.compose_long_horizon(held, seed=0), long_held)          # deterministic
+    long_held = long_horizon.compose_long_horizon(held, seed=0)
+    self.assertEqual(long_horizon.compose_long_horizon(held, seed=0), long_held)          # deterministic
     held_ids = {t.task_id for t in held}
     lengths = [len(t.calls) for t in long_held]
     self.assertTrue(all(6 <= n <= 20 for n in lengths))
     self.assertTrue(any(n > 10 for n in lengths), "the >10-calls bucket must not be empty")
     by_id = {t.task_id: t for t in tasks}
     for t in long_held:
-      a, b = data.long_task_parts(t.task_id)
+      a, b = long_horizon.long_task_parts(t.task_id)
       self.assertIn(a, held_ids)
       self.assertIn(b, held_ids)                       # both halves from the held-out side
       self.assertEqual(t.calls, by_id[a].calls + by_id[b].calls)
-      self.assertIn(data.LONG_JOIN, t.query)
-    self.assertIsNone(data.long_task_parts("Finance/3"))
+      self.assertIn(long_horizon.LONG_JOIN, t.query)
+    self.assertIsNone(long_horizon.long_task_parts("Finance/3"))
     from phgpo import replay_env
     env = replay_env.make_replay_env(data_root=str(root), domains=["Finance"],
                                      task_ids=[t.task_id for t in held] + [long_held[0].task_id])

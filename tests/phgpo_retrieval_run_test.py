@@ -6,11 +6,14 @@ import json
 import os
 import tempfile
 
+import numpy as np
+
 from absl.testing import absltest
 
 from configs import phgpo_traject
 from phgpo import analysis
 from phgpo import train
+from phgpo import warmup
 
 
 class RetrievalRunTest(absltest.TestCase):
@@ -30,11 +33,13 @@ class RetrievalRunTest(absltest.TestCase):
 
   def test_regime_gate_is_printed_before_the_rl_runs(self):
     gates = [i for i, l in enumerate(self.lines) if l.startswith("seed 0: regime gate: warmup MR")]
-    self.assertLen(gates, 1)
-    self.assertIn(" vs vote3 MR ", self.lines[gates[0]])
-    self.assertRegex(self.lines[gates[0]], r": (PASS|FAIL): ")
+    self.assertLen(gates, len(self.config.splits))       # one per split, after the split's data line
+    for split, i in zip(self.config.splits, gates):
+      self.assertStartsWith(self.lines[i - 1], f"TRAJECT-Bench, {split} split:")
+      self.assertIn(" vs vote3 MR ", self.lines[i])
+      self.assertRegex(self.lines[i], r": (PASS|FAIL): ")
     table = next(i for i, l in enumerate(self.lines) if "retrieval table" in l)
-    self.assertLess(gates[0], table)
+    self.assertLess(gates[-1], table)
 
   def test_table_rows_sub_rows_and_primary(self):
     by_run = self.results["random"][0]
@@ -57,6 +62,19 @@ class RetrievalRunTest(absltest.TestCase):
     d = rows["phgpo_gold"]["diff_vs_reference"]
     self.assertEqual(d["n_tasks"], d["n"])
     self.assertLen(rows["warmup"]["by_position"], self.config.env.max_steps)
+
+  def test_warmup_hands_rl_the_best_validation_state(self):
+    wdir = os.path.join(self.workdir, "random", "seed_0", "warmup")
+    val = json.load(open(os.path.join(wdir, "validation.json")))
+    scores = {int(s): v for s, v in val["match_ratio"].items()}
+    self.assertEqual(sorted(scores), [0, 3, 6])          # step 0, every warmup.eval_every = 3, the last
+    best = max(sorted(scores), key=scores.get)           # ties: the earliest step
+    self.assertEqual(val["best_step"], best)
+    self.assertEqual(os.listdir(os.path.join(wdir, "best")), [str(best)])
+    self.assertGreater(val["tasks"], 0)
+    rows = [json.loads(l) for l in open(os.path.join(wdir, "metrics.jsonl"))]
+    logged = {r["step"]: r["warmup/validation_match_ratio"] for r in rows if "warmup/validation_match_ratio" in r}
+    self.assertEqual(logged, {s: v for s, v in scores.items() if s > 0})
 
   def test_plan_for_a_typed_query_with_and_without_the_pheromone(self):
     view = analysis.load_run(self.workdir, run="phgpo_gold", seed=0, split="random")
@@ -84,6 +102,22 @@ class RegimeGateTest(absltest.TestCase):
     self.assertIn("PASS", train.regime_gate(self._config(tolerance=0.5), res))
     self.assertIsNone(train.regime_gate(self._config(policy=""), res))
     self.assertIsNone(train.regime_gate(self._config(), {"vote3": res["vote3"]}))
+
+  def test_validation_split_is_disjoint_seeded_and_checked(self):
+    train_idx = np.arange(100, 160)
+    fit, val = warmup.validation_split(train_idx, 0.1, seed=0)
+    self.assertLen(val, 6)
+    self.assertEqual(sorted(np.concatenate([fit, val]).tolist()), train_idx.tolist())
+    np.testing.assert_array_equal(val, np.sort(val))
+    np.testing.assert_array_equal(val, warmup.validation_split(train_idx, 0.1, seed=0)[1])
+    self.assertFalse(np.array_equal(val, warmup.validation_split(train_idx, 0.1, seed=1)[1]))
+    with self.assertRaisesRegex(ValueError, "validation_fraction in \\(0, 1\\)"):
+      warmup.validation_split(train_idx, 1.0, seed=0)
+    for key, value in (("select", "best"), ("validation_fraction", 0.0), ("eval_every", 0)):
+      c = self._config()
+      c.warmup[key] = value
+      with self.assertRaisesRegex(ValueError, f"warmup.{key}"):
+        train.check_config(c)
 
   def test_bad_gate_is_named(self):
     c = self._config(baseline="vote4")

@@ -198,9 +198,9 @@ def load_run(workdir: str, *, run: str, seed: int = 0, split: str | None = "rand
     raise FileNotFoundError(f"run folder {rdir} not found ({where}{layout}). {_make_hint(workdir)} The run, "
                             f"seed and split must be among config runs, seeds and splits.")
   ck_dir = os.path.join(rdir, "checkpoints")
-  if runs_lib.RUN_SPECS.get(run, {}).get("kind") == "nearest":
-    raise FileNotFoundError(f"run {run!r} trains no policy (it copies the chain of the most similar training "
-                            f"query), so {ck_dir} does not exist; load 'warmup' or an RL run instead.")
+  if runs_lib.RUN_SPECS.get(run, {}).get("kind") in ("nearest", "vote"):
+    raise FileNotFoundError(f"run {run!r} trains no policy (it copies or votes the chains of the most similar "
+                            f"training queries), so {ck_dir} does not exist; load 'warmup' or an RL run instead.")
   if not os.path.isdir(ck_dir) or not any(n.isdigit() for n in os.listdir(ck_dir)):
     raise FileNotFoundError(f"no checkpoint in {ck_dir}: the run has not saved a step yet. {_make_hint(workdir)}")
   cfg = _run_config(config, run)
@@ -273,6 +273,8 @@ def _policy_with_query(policy, query: str, query_emb: np.ndarray):
   copy gets that table with the typed query appended, so its featurize gives the typed query's states;
   parameters, `apply` and the compiled functions are shared with the original (neither reads the table).
   """
+  if hasattr(policy, "with_query"):   # the retrieval policy also needs the typed query's neighbours
+    return policy.with_query(query_emb)
   pol = copy.copy(policy)
   if hasattr(policy, "query_emb"):
     pol.query_emb = np.concatenate([np.asarray(policy.query_emb, np.float32),

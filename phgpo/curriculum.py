@@ -1,7 +1,7 @@
 """PhGPO's three-stage schedule: supervised warm-up, mixed curriculum, full-pheromone GRPO.
 
 Source: PhGPO, arXiv 2602.13691, "Three-stage schedule" (SPEC.md, PhGPO):
-  1. warm-up: L_SL = -log pi(a*_t | s_t) on gold trajectories (run separately, `phgpo.train.run_warmup`);
+  1. warm-up: L_SL = -log pi(a*_t | s_t) on gold trajectories (run separately, `phgpo.warmup.run_warmup`);
   2. mixed curriculum: the gold action is executed with probability p_tf, else the pheromone-guided
      sample; L = lambda L_SL + (1 - lambda) L_PG - gamma H[pi]; lambda and p_tf anneal down, beta and w
      ramp up linearly (beta to beta_max), and the horizon grows from short to long task lengths;

@@ -497,9 +497,7 @@ def split_tasks(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
                              caller="split_tasks")
 
 
-SPLITS = ("random", "chain")
-
-
+SPLITS = ("random", "chain", "long")
 def split_tasks_by_chain(tasks: Sequence[Task], *, held_out_fraction: float = 0.2,
                          seed: int = 0) -> tuple[list[Task], list[Task]]:
   """Splits tasks so that whole gold tool chains are held out, stratified by domain.

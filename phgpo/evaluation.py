@@ -36,13 +36,31 @@ METRICS = ("match_ratio", "exact_match", "lcs", "success")
 GOLD_LENGTH_BUCKETS = (("<=5", 0, 5), ("6-10", 6, 10), (">10", 11, None))
 _TIE_TOL = 1e-9  # cosine similarities within this of the best count as ties (nearest_query)
 
-ROW_NAMES = {"nearest": "nearest training query (no training)", "warmup": "warm-up only",
+ROW_NAMES = {"nearest": "nearest training query (no training)",
+             "vote3": "3-neighbour position vote (no training)", "vote5": "5-neighbour position vote (no training)",
+             "warmup": "warm-up only",
              "grpo_vanilla": "GRPO, no curriculum", "grpo": "GRPO + curriculum (beta = 0)", "phgpo": "PhGPO",
              "no_curriculum": "PhGPO w/o mixed curriculum", "rho0": "PhGPO, rho = 0",
              "agnostic_only": "PhGPO, task-agnostic only", "frozen": "PhGPO, pheromone frozen mid-training",
-             "authors": "PhGPO, the authors' schedule"}
-POLICY_ONLY_ROW = "phgpo/policy_only"  # the PhGPO policy decoded with beta = w = 0 (metrics['policy_only'])
-POLICY_ONLY_NAME = "  PhGPO, no pheromone at test"
+             "authors": "PhGPO, the authors' schedule",
+             "phgpo_rollouts": "PhGPO, bank from rollouts", "phgpo_gold": "PhGPO, bank seeded from gold",
+             "phgpo_encoder": "PhGPO, encoder-MLP policy (main table's)"}
+# Sub-rows '<run>/<key>': a run's metrics dict may nest the same policy decoded another way. 'policy_only': a
+# pheromone run decoded with beta = w = 0 (shown under runs named phgpo*); 'test_pheromone': a GRPO run
+# (beta = 0 in training) decoded with the pheromone (prior at decode only, vs PhGPO's prior during RL).
+SUB_ROWS = {"policy_only": "no pheromone at test", "test_pheromone": "pheromone at test only"}
+
+
+def _sub_row_shown(run: str, sub: str) -> bool:
+  return sub != "policy_only" or run.startswith("phgpo")
+
+
+def row_name(row: str) -> str:
+  """The table's name of a row or sub-row ('<run>/<key>' of SUB_ROWS, indented under its run)."""
+  run, _, sub = row.partition("/")
+  if sub:
+    return f"  {ROW_NAMES.get(run, run)}, {SUB_ROWS.get(sub, sub)}"
+  return ROW_NAMES.get(row, row)
 _HEADERS = {"match_ratio": "match ratio", "exact_match": "exact match", "lcs": "LCS", "success": "success"}
 
 
@@ -146,6 +164,47 @@ def nearest_query(problem: Problem, task_idx=None, *,
   return out
 
 
+def vote_query(problem: Problem, k: int, task_idx=None, *,
+               success_threshold: float = metrics_lib.SUCCESS_THRESHOLD) -> dict:
+  """No-training baseline: the similarity-weighted position vote of the k nearest training queries.
+
+  a_t = argmax_n sum_{j in N_k(q), t < L_j} max(cos(e_q, e_j), 0) 1[g_j[t] = n] for t < gold_len(q) (the
+  rollout horizon, config `env.horizon = 'gold'`), -1 (a miss) where no neighbour reaches t; neighbours by
+  float32 cosine, ties to the lower training row, a training task never its own neighbour
+  (`phgpo.retrieval.nearest_neighbours`, `phgpo.retrieval.vote_decode`). k = 1 is the nearest copy cut or
+  padded to the gold length: the same match ratio as `nearest_query`, a different exact match.
+
+  Args:
+    problem: reads query_emb, train_idx, gold_tools, gold_len, tasks.
+    k: neighbours (1 <= k <= number of training tasks).
+    task_idx: i64[B] task rows to evaluate (default: problem.eval_idx).
+    success_threshold: success = match ratio >= this.
+  Returns:
+    The module's metrics dict; per_task also holds 'neighbour_task_ids' (the k neighbours of each task).
+  Raises:
+    ValueError: no tasks, or k outside [1, number of training tasks].
+  """
+  from phgpo import retrieval  # pylint: disable=g-import-not-at-top
+  task_idx = np.asarray(problem.eval_idx if task_idx is None else task_idx, np.int64).reshape(-1)
+  train = np.sort(np.asarray(problem.train_idx, np.int64).reshape(-1))
+  if task_idx.size == 0:
+    raise ValueError("vote_query needs tasks to evaluate")
+  if not 1 <= int(k) <= train.size - int(np.isin(task_idx, train).any()):
+    raise ValueError(f"vote_query: k={k} must lie in [1, {train.size}] (the training tasks)")
+  emb = np.asarray(problem.query_emb, np.float32)
+  idx, sim, valid = retrieval.nearest_neighbours(emb[task_idx], emb[train], task_idx.astype(np.int32),
+                                                 train.astype(np.int32), k=int(k))
+  rows = train[np.asarray(idx)]
+  w = retrieval.vote_weights(sim, valid)
+  gold = np.asarray(problem.gold_tools, np.int32)
+  gold_len = np.asarray(problem.gold_len, np.int32)
+  pred, pred_len = retrieval.vote_decode(gold[rows], gold_len[rows], w, gold_len[task_idx],
+                                         num_tools=len(problem.graph.tool_names))
+  out = _summarize(problem, task_idx, np.asarray(pred), np.asarray(pred_len), success_threshold=success_threshold)
+  out["per_task"]["neighbour_task_ids"] = [[str(problem.tasks[j].task_id) for j in r] for r in rows]
+  return out
+
+
 def _summarize(problem: Problem, task_rows, pred, pred_len, *, success_threshold: float) -> dict:
   """The module's metrics dict for predictions i32[B, H'] / i32[B] of the task rows i64[B]."""
   task_rows = np.asarray(task_rows, np.int64).reshape(-1)
@@ -174,7 +233,29 @@ def _summarize(problem: Problem, task_rows, pred, pred_len, *, success_threshold
   out["num_tasks"] = int(task_rows.size)
   out["per_task"] = per_task
   out["by_gold_length"], out["by_gold_length_count"] = by_gold_length(gold_len, per["match_ratio"])
+  out["by_position"], out["by_position_count"] = by_position(pred, pred_len, gold, gold_len)
   return out
+
+
+def by_position(pred, pred_len, gold, gold_len) -> tuple[list, list]:
+  """Accuracy at each position of the chain: ([acc_0, ..., acc_{H-1}], [count_0, ...]).
+
+    acc_t = mean over tasks with gold_len > t of 1[t < pred_len and pred[t] = gold[t]]   (None: no such task)
+  Position-aligned (the match ratio's own alignment, phgpo.metrics), so it shows where along the chain a
+  policy's errors start and whether they compound (issue 24: "match ratio by position in the chain").
+  """
+  pred, gold = np.asarray(pred), np.asarray(gold)
+  pred_len, gold_len = np.asarray(pred_len).reshape(-1), np.asarray(gold_len).reshape(-1)
+  h = gold.shape[1]
+  p = np.full(gold.shape, -2, np.int64)
+  w = min(h, pred.shape[1])
+  p[:, :w] = pred[:, :w]
+  t = np.arange(h)[None, :]
+  live = t < gold_len[:, None]
+  hit = live & (t < pred_len[:, None]) & (p == gold)
+  count = live.sum(axis=0)
+  acc = [float(hit[:, i].sum() / count[i]) if count[i] else None for i in range(h)]
+  return acc, [int(c) for c in count]
 
 
 def by_gold_length(gold_len, values) -> tuple[dict[str, float | None], dict[str, int]]:
@@ -221,10 +302,11 @@ def _finite(x) -> float | None:
 
 
 def _entries(results: dict, seeds: list, row: str) -> list[tuple[Any, dict]]:
-  """[(seed, metrics dict)] of the seeds where the row exists (POLICY_ONLY_ROW: phgpo's nested dict)."""
-  if row == POLICY_ONLY_ROW:
-    return [(s, results[s]["phgpo"]["policy_only"]) for s in seeds
-            if isinstance(results[s].get("phgpo"), dict) and isinstance(results[s]["phgpo"].get("policy_only"), dict)]
+  """[(seed, metrics dict)] of the seeds where the row exists (a sub-row '<run>/<key>': the run's nested dict)."""
+  run, _, sub = row.partition("/")
+  if sub:
+    return [(s, results[s][run][sub]) for s in seeds
+            if isinstance(results[s].get(run), dict) and isinstance(results[s][run].get(sub), dict)]
   return [(s, results[s][row]) for s in seeds if isinstance(results[s].get(row), dict)]
 
 
@@ -245,7 +327,7 @@ def _has_units(m: dict, metric: str) -> bool:
 def _paired(entries: list, ref_entries: list, metric: str, boot: dict) -> dict | None:
   """metric(row) - metric(reference) over the (seed, task) units both hold, seeds in order."""
   ref = {s: m for s, m in ref_entries if _has_units(m, metric)}
-  x, y, seeds = [], [], []
+  x, y, seeds, tasks = [], [], [], []
   for s, m in entries:
     if s not in ref or not _has_units(m, metric):
       continue
@@ -255,26 +337,34 @@ def _paired(entries: list, ref_entries: list, metric: str, boot: dict) -> dict |
       if key in r:
         x.append(v)
         y.append(r[key])
+        tasks.append(key)
     if len(x) > n0:
       seeds.append(_seed_out(s))
   if not x:
     return None
   d = stats.paired_difference(x, y, **boot)
-  return {"mean": float(d.mean), "low": _finite(d.low), "high": _finite(d.high), "n": int(d.n), "seeds": seeds}
+  t = stats.clustered_difference(x, y, tasks, **boot)
+  return {"mean": float(d.mean), "low": _finite(d.low), "high": _finite(d.high), "n": int(d.n), "seeds": seeds,
+          "task_mean": float(t.mean), "task_low": _finite(t.low), "task_high": _finite(t.high),
+          "n_tasks": int(t.n)}
 
 
 def _row_json(row: str, entries: list, ref_entries: list | None, reference: str | None,
               metrics: Sequence[str], boot: dict) -> dict:
-  out: dict[str, Any] = {"row": row, "name": POLICY_ONLY_NAME if row == POLICY_ONLY_ROW else ROW_NAMES.get(row, row),
+  out: dict[str, Any] = {"row": row, "name": row_name(row),
                          "seeds": [_seed_out(s) for s, _ in entries], "metrics": {}}
   for metric in metrics:
     vals = [float(m[metric]) for _, m in entries if m.get(metric) is not None]
-    cell: dict[str, Any] = {"mean": float(np.mean(vals)) if vals else None, "low": None, "high": None, "n": 0}
+    cell: dict[str, Any] = {"mean": float(np.mean(vals)) if vals else None, "low": None, "high": None, "n": 0,
+                            "task_low": None, "task_high": None, "n_tasks": 0}
     if entries and all(_has_units(m, metric) for _, m in entries):
       units = [float(v) for _, m in entries for v in m["per_task"][metric]]
+      tasks = [k for _, m in entries for k in _task_keys(m["per_task"])]
       if units:
         d = stats.paired_difference(units, np.zeros(len(units)), **boot)
-        cell.update(low=_finite(d.low), high=_finite(d.high), n=int(d.n))
+        t = stats.clustered_difference(units, np.zeros(len(units)), tasks, **boot)
+        cell.update(low=_finite(d.low), high=_finite(d.high), n=int(d.n), task_low=_finite(t.low),
+                    task_high=_finite(t.high), n_tasks=int(t.n))
     out["metrics"][metric] = cell
   out["by_gold_length"], out["by_gold_length_count"] = {}, {}
   for key, _, _ in GOLD_LENGTH_BUCKETS:
@@ -283,6 +373,9 @@ def _row_json(row: str, entries: list, ref_entries: list | None, reference: str 
     out["by_gold_length"][key] = float(np.mean(vals)) if vals else None
     out["by_gold_length_count"][key] = int(sum(int(m.get("by_gold_length_count", {}).get(key, 0))
                                                for _, m in entries))
+  pos = [m["by_position"] for _, m in entries if isinstance(m.get("by_position"), list)]
+  out["by_position"] = ([None if not (v := [p[t] for p in pos if t < len(p) and p[t] is not None])
+                         else float(np.mean(v)) for t in range(max(len(p) for p in pos))] if pos else None)
   fs = [m["first_success"] for _, m in entries if isinstance(m.get("first_success"), dict)]
   if fs:
     med = [float(f["median_steps"]) for f in fs if f.get("median_steps") is not None]
@@ -303,19 +396,22 @@ def paired_table_json(results: dict, rows: Sequence[str], *, reference: str | No
 
   Per row: 'metrics' {metric: {'mean': mean over seeds of the row's metric, 'low', 'high': the bootstrap
   interval of the mean over the (seed, task) units (common.stats.paired_difference of the per-task values
-  against zeros; None without per-task lists or with a single unit), 'n': units}}; 'by_gold_length' (mean over
+  against zeros; None without per-task lists or with a single unit), 'n': units, 'task_low', 'task_high',
+  'n_tasks': the task-clustered interval (common.stats.clustered_difference: each task's seeds averaged, tasks
+  resampled; the design's own sampling unit)}}; 'by_gold_length' (mean over
   seeds of each seed's bucket mean, None when empty in every seed) and 'by_gold_length_count' (units summed
   over seeds); 'first_success' ({'median_steps': mean over seeds of the seeds' medians (None if none),
   'fraction': mean over seeds, 'num_seeds'} or None); 'diff_vs_reference' (match ratio, row - reference, paired
-  by seed and task id over the seeds where both rows exist: {'mean', 'low', 'high', 'n', 'seeds'}; None when
+  by seed and task id over the seeds where both rows exist: {'mean', 'low', 'high', 'n', 'seeds', and the
+  task-clustered 'task_mean', 'task_low', 'task_high', 'n_tasks'}; None when
   nothing pairs; the reference row holds its zero difference with itself) and 'is_reference'. With equal task
   counts per seed the mean over seeds equals the mean over units, the centre of the interval.
 
   Args:
     results: {seed: {row name: metrics dict (this module's format)}}; seeds are ints or int strings (as read
       back from results.json).
-    rows: row names in display order; rows present in no seed are skipped; 'phgpo' whose metrics hold a
-      nested 'policy_only' dict is followed by the row POLICY_ONLY_ROW.
+    rows: row names in display order; rows present in no seed are skipped; a row whose metrics nest a dict
+      of SUB_ROWS is followed by that sub-row '<run>/<key>' (policy_only under phgpo* runs only).
     reference: the row the paired differences are taken against (None: no differences).
     metrics: the metric keys reported.
     confidence, resamples, method, bootstrap_seed: the bootstrap (common.stats.paired_difference); the fixed
@@ -331,8 +427,8 @@ def paired_table_json(results: dict, rows: Sequence[str], *, reference: str | No
   for row in rows:
     if _entries(results, seeds, row):
       names.append(row)
-      if row == "phgpo" and _entries(results, seeds, POLICY_ONLY_ROW):
-        names.append(POLICY_ONLY_ROW)
+      names += [f"{row}/{sub}" for sub in SUB_ROWS
+                if _sub_row_shown(row, sub) and _entries(results, seeds, f"{row}/{sub}")]
   return {
       "reference": reference, "seeds": [_seed_out(s) for s in seeds],
       "metrics": list(metrics),
@@ -343,7 +439,7 @@ def paired_table_json(results: dict, rows: Sequence[str], *, reference: str | No
 
 
 def format_table(results: dict, rows: Sequence[str], *, reference: str | None = None,
-                 title: str = "Held-out TRAJECT-Bench", metrics: Sequence[str] = METRICS,
+                 title: str = "Held-out TRAJECT-Bench", metrics: Sequence[str] = METRICS, primary: str = "",
                  confidence: float = 0.95, resamples: int = 10_000, method: str = "BCa",
                  bootstrap_seed: int = 0) -> str:
   """One split's comparison table (percent), aligned for a terminal; deterministic.
@@ -362,6 +458,7 @@ def format_table(results: dict, rows: Sequence[str], *, reference: str | None = 
     rows: row names in display order (e.g. the main table's or the ablation table's runs).
     reference: the row of the paired differences (e.g. 'grpo').
     title: the first line.
+    primary: the table's primary cell, printed under the title (config `primary`; '' = none named).
     metrics, confidence, resamples, method, bootstrap_seed: as in `paired_table_json`.
   Returns:
     The table, lines joined by newlines, no trailing newline.
@@ -371,10 +468,11 @@ def format_table(results: dict, rows: Sequence[str], *, reference: str | None = 
   pct = lambda x: "n/a" if x is None else f"{100 * x:.2f}"
   spct = lambda x: "n/a" if x is None else f"{100 * x:+.2f}"
   ref_name = ROW_NAMES.get(reference, reference)
-  header = ["policy"] + [_HEADERS.get(m, m) for m in metrics] + [f"MR {k}" for k, _, _ in GOLD_LENGTH_BUCKETS]
+  header = (["policy"] + [_HEADERS.get(m, m) for m in metrics] + ["MR, tasks resampled"]
+            + [f"MR {k}" for k, _, _ in GOLD_LENGTH_BUCKETS])
   header.append("steps to 1st success")
   if reference is not None:
-    header.append(f"d MR vs {reference}")
+    header += [f"d MR vs {reference}", "d MR, tasks resampled"]
   body = []
   for r in js["rows"]:
     cells = [r["name"]]
@@ -382,6 +480,8 @@ def format_table(results: dict, rows: Sequence[str], *, reference: str | None = 
       c = r["metrics"][m]
       interval = f"[{pct(c['low'])}, {pct(c['high'])}]" if c["low"] is not None else "[n/a]"
       cells.append(f"{pct(c['mean'])} {interval}" if c["mean"] is not None else "n/a")
+    c = r["metrics"].get("match_ratio", {})
+    cells.append(f"[{pct(c['task_low'])}, {pct(c['task_high'])}]" if c.get("task_low") is not None else "[n/a]")
     cells += [pct(r["by_gold_length"][k]) for k, _, _ in GOLD_LENGTH_BUCKETS]
     fs = r["first_success"]
     if fs is None:
@@ -392,12 +492,14 @@ def format_table(results: dict, rows: Sequence[str], *, reference: str | None = 
     if reference is not None:
       d = r["diff_vs_reference"]
       if r["is_reference"]:
-        cells.append("reference")
+        cells += ["reference", "reference"]
       elif d is None:
-        cells.append("n/a")
+        cells += ["n/a", "n/a"]
       else:
         interval = f"[{spct(d['low'])}, {spct(d['high'])}]" if d["low"] is not None else "[n/a]"
         cells.append(f"{spct(d['mean'])} {interval}")
+        interval = f"[{spct(d['task_low'])}, {spct(d['task_high'])}]" if d["task_low"] is not None else "[n/a]"
+        cells.append(f"{spct(d['task_mean'])} {interval}")
     body.append(cells)
   widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
   fmt = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
@@ -406,10 +508,25 @@ def format_table(results: dict, rows: Sequence[str], *, reference: str | None = 
   conf = f"{100 * confidence:g}%"
   lines = [f"{title}: {len(seeds)} seed(s) {seeds}, percent",
            f"metrics: mean over seeds [{conf} {method} bootstrap interval over (seed, task) units]; "
+           "MR, tasks resampled: the match ratio's interval with each task's seeds averaged and the tasks "
+           "resampled (the design's sampling unit); "
            "MR <=5 / 6-10 / >10: match ratio by number of gold calls, mean over seeds"]
   if reference is not None:
     lines.append(f"d MR: paired difference of match ratio vs {ref_name!r} by (seed, task), seeds where both "
-                 f"rows exist: mean [{conf} {method} bootstrap interval], percentage points")
+                 f"rows exist: mean [{conf} {method} bootstrap interval], percentage points; tasks resampled: "
+                 "the same with each task's seeds averaged first")
+  if primary:
+    lines.append(f"primary cell (named in the config before the run): {primary}")
   lines += [fmt(header), "-" * len(fmt(header))]
   lines += [fmt(line) for line in body]
+  pos_rows = [r for r in js["rows"] if r.get("by_position")]
+  if pos_rows:
+    last = max(t for r in pos_rows for t, v in enumerate(r["by_position"]) if v is not None) + 1
+    pheader = ["accuracy by position (t = 1..)"] + [str(t + 1) for t in range(last)]
+    pbody = [[r["name"]] + [pct(r["by_position"][t]) if t < len(r["by_position"]) else "n/a"
+                            for t in range(last)] for r in pos_rows]
+    pw = [max(len(line[i]) for line in [pheader] + pbody) for i in range(len(pheader))]
+    pfmt = lambda line: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                  for i, (c, w) in enumerate(zip(line, pw))).rstrip()
+    lines += ["", pfmt(pheader)] + [pfmt(line) for line in pbody]
   return "\n".join(lines)

@@ -68,6 +68,28 @@ def bank_similarity(task_keys: chex.Array, task_emb: chex.Array) -> jax.Array:
   return unit(jnp.asarray(task_emb, jnp.float32)) @ unit(jnp.asarray(task_keys, jnp.float32)).T
 
 
+def masked_bank_similarity(task_keys: chex.Array, task_emb: chex.Array, key_groups: chex.Array,
+                           query_groups: chex.Array) -> jax.Array:
+  """`bank_similarity` with the entries of the reader's own leakage group made invisible: f32[B, T].
+
+    s[b, j] = 0 where key_groups[j] == query_groups[b] (no evidence: the bank reads only s > 0), else
+              cos(task_emb[b], task_keys[j]).
+  So a training task reads neither its own entries nor, with chain groups, those of its own gold chain, as a
+  held-out task cannot (config `pheromone.bank_leakage`; groups from `phgpo.retrieval.leakage_groups`).
+
+  Args:
+    task_keys: f32[T, D]; task_emb: f32[B, D] (as `bank_similarity`).
+    key_groups: i32[T] leakage group of every task row; query_groups: i32[B] the readers' groups.
+  Raises:
+    AssertionError at trace time on wrong ranks or shapes.
+  """
+  chex.assert_rank([key_groups, query_groups], 1)
+  chex.assert_equal_shape_prefix([task_keys, key_groups], 1)
+  chex.assert_equal_shape_prefix([task_emb, query_groups], 1)
+  sim = bank_similarity(task_keys, task_emb)
+  return jnp.where(query_groups[:, None] == key_groups[None, :], 0.0, sim)
+
+
 def empty_bank(num_tools: int, per_edge: int) -> tuple[jax.Array, jax.Array]:
   """(bank_task i32[N+1, N, M] all -1, bank_score f32[N+1, N, M] all 0): a bank with no entry.
 

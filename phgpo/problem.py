@@ -14,6 +14,7 @@ import numpy as np
 
 from phgpo import data as data_lib
 from phgpo import graph as graph_lib
+from phgpo import long_horizon
 from phgpo import policy as policy_lib
 
 
@@ -31,6 +32,7 @@ class Problem:
     gold_tools, gold_templates: i32[num_tasks, H] gold calls, -1 padded (H = env.max_steps).
     gold_status: i32[num_tasks, H] STATUS_CODES of the recorded gold observations.
     gold_len: i32[num_tasks], min(number of gold calls, H).
+    split: the held-out split it was built for ('random' or 'chain', config `splits`).
   """
   tasks: list
   train_idx: np.ndarray
@@ -43,6 +45,7 @@ class Problem:
   gold_templates: np.ndarray
   gold_status: np.ndarray
   gold_len: np.ndarray
+  split: str = "random"
 
 
 def status_code(status: str) -> int:
@@ -55,8 +58,10 @@ def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") ->
 
   Args:
     config: the PhGPO config (its data, graph, env and encoder sections).
-    split: 'random' (the authors' stratified query split, `phgpo.data.split_tasks`) or 'chain' (whole tool
-      chains held out, `phgpo.data.split_tasks_by_chain`); one entry of config `splits`.
+    split: 'random' (the authors' stratified query split, `phgpo.data.split_tasks`), 'chain' (whole tool
+      chains held out, `phgpo.data.split_tasks_by_chain`) or 'long' (SYNTHETIC: the random split's training
+      tasks plus their composed pairs, held-out = composed pairs of held-out tasks only, 6-20 calls,
+      `phgpo.long_horizon.compose_long_horizon`); one entry of config `splits`.
 
   Raises:
     ValueError: an unknown split.
@@ -75,9 +80,16 @@ def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") ->
     rng = np.random.default_rng(config.data.split_seed)
     keep = np.sort(rng.permutation(len(tasks))[: config.data.max_tasks])
     tasks = [tasks[i] for i in keep]
-  split_fn = data_lib.split_tasks if split == "random" else data_lib.split_tasks_by_chain
+  split_fn = data_lib.split_tasks_by_chain if split == "chain" else data_lib.split_tasks
   train_tasks, eval_tasks = split_fn(
       tasks, held_out_fraction=config.data.held_out_fraction, seed=config.data.split_seed)
+  if split == "long":   # SYNTHETIC: the random split's sides, each task joined with one of its own side
+    kw = dict(min_calls=config.data.long_min_calls, max_calls=config.data.long_max_calls,
+              seed=config.data.split_seed)
+    long_train = long_horizon.compose_long_horizon(train_tasks, **kw)
+    eval_tasks = long_horizon.compose_long_horizon(eval_tasks, **kw)
+    train_tasks = train_tasks + long_train
+    tasks = tasks + long_train + eval_tasks
   pos = {t.task_id: i for i, t in enumerate(tasks)}
   train_idx = np.array([pos[t.task_id] for t in train_tasks], np.int64)
   eval_idx = np.array([pos[t.task_id] for t in eval_tasks], np.int64)
@@ -111,11 +123,11 @@ def prepare_problem(config: ml_collections.ConfigDict, split: str = "random") ->
   tool_emb = features.embed_texts(enc, [f"{s.name}: {s.description}" for s in tool_specs],
                                   cache_dir=cache_dir, batch_size=config.encoder.batch_size)
   return Problem(tasks, train_idx, eval_idx, tool_specs, graph, np.asarray(query_emb, np.float32),
-                 np.asarray(tool_emb, np.float32), gold_tools, gold_templates, gold_status, gold_len)
+                 np.asarray(tool_emb, np.float32), gold_tools, gold_templates, gold_status, gold_len, split)
 
 
 def make_policy(config: ml_collections.ConfigDict, problem: Problem) -> policy_lib.ToolPolicy:
-  """Builds the policy named by `config.policy.kind` ('encoder_mlp' or 'lm').
+  """Builds the policy named by `config.policy.kind` ('encoder_mlp', 'retrieval_mlp' or 'lm').
 
   Raises:
     ValueError: unknown policy kind (the message lists the valid ones).
@@ -124,7 +136,16 @@ def make_policy(config: ml_collections.ConfigDict, problem: Problem) -> policy_l
   if kind == "encoder_mlp":
     return policy_lib.EncoderMLPPolicy(problem.tool_emb, problem.query_emb, hidden=config.policy.hidden,
                                        max_steps=config.env.max_steps)
+  if kind == "retrieval_mlp":
+    from phgpo import retrieval  # pylint: disable=g-import-not-at-top
+    from phgpo import retrieval_policy  # pylint: disable=g-import-not-at-top
+    mode = retrieval_policy.leakage_mode(config.policy.leakage, problem.split)
+    return retrieval_policy.RetrievalMLPPolicy(
+        problem.tool_emb, problem.query_emb, problem.gold_tools, problem.gold_len, problem.train_idx,
+        retrieval.leakage_groups(problem.tasks, mode=mode), hidden=config.policy.hidden,
+        max_steps=config.env.max_steps, vote_ks=tuple(config.policy.vote_ks),
+        vote_scale=config.policy.vote_scale)
   if kind == "lm":
     from phgpo import lm_policy  # pylint: disable=g-import-not-at-top
     return lm_policy.make_lm_policy(config, problem)
-  raise ValueError(f"unknown policy.kind {kind!r}; valid: 'encoder_mlp', 'lm'")
+  raise ValueError(f"unknown policy.kind {kind!r}; valid: 'encoder_mlp', 'retrieval_mlp', 'lm'")

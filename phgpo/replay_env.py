@@ -44,11 +44,12 @@ from __future__ import annotations
 
 import copy
 import difflib
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 from common.env_client import EnvSpec
 from common.envs.base import StepResult, ToolEnv
 from phgpo import data as data_lib
+from phgpo import long_horizon
 
 HORIZONS = ("gold", "max_steps")
 
@@ -219,7 +220,8 @@ def make_replay_env(*, data_root: str | None = None, domains: Sequence[str] | No
   Args:
     data_root: the TRAJECT-Bench folder (None: phgpo.data.find_traject_bench()).
     domains: domains to load (None: all 9).
-    task_ids: tasks reset() accepts (None: all loaded).
+    task_ids: tasks reset() accepts (None: all loaded); composed ids '<domain>/long/<i>+<j>' (the 'long'
+      split, phgpo.long_horizon.compose_pair) are built from their two source tasks.
     max_steps, horizon: ReplayEnv's (config keys env.max_steps, env.horizon).
     tool_scope: phgpo.data.load_tool_catalogue's scope ('used' or 'all').
   """
@@ -228,6 +230,11 @@ def make_replay_env(*, data_root: str | None = None, domains: Sequence[str] | No
   tools = data_lib.load_tool_catalogue(root, tasks, scope=tool_scope)
   if task_ids is not None:
     wanted = set(task_ids)
+    by_id = {t.task_id: t for t in tasks}
+    # the 'long' split's SYNTHETIC composed tasks are rebuilt here from their two source tasks
+    parts = {i: long_horizon.long_task_parts(i) for i in wanted}
+    tasks = tasks + [long_horizon.compose_pair(by_id[p[0]], by_id[p[1]]) for i, p in sorted(parts.items())
+                     if p is not None and p[0] in by_id and p[1] in by_id]
     missing = wanted - {t.task_id for t in tasks}
     if missing:
       raise ValueError(f"unknown task ids {sorted(missing)[:5]}; ids look like 'Finance/0'")

@@ -23,6 +23,7 @@ from phgpo import classifier_rollout
 from phgpo import memory_bank
 from phgpo import objective
 from phgpo import pheromone as pher_lib
+from phgpo import retrieval
 from phgpo import policy as policy_lib
 from phgpo.problem import Problem
 
@@ -40,15 +41,58 @@ class TrainState(kit.TrainState):
   pheromone: pher_lib.PheromoneState
 
 
+BANK_SEEDS = ("rollouts", "gold")          # config pheromone.bank_seed
+BANK_LEAKAGE = ("none", "auto", "task", "chain")   # config pheromone.bank_leakage
+
+
 def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_lib.PheromoneState:
-  """Pheromone state with tau_init on the graph's edges and tau_min elsewhere (MAX-MIN bounds)."""
+  """Pheromone state with tau_init on the graph's edges and tau_min elsewhere (MAX-MIN bounds), and a bank that
+  is empty (`pheromone.bank_seed = 'rollouts'`, the paper's: filled by the policy's own rollouts) or seeded
+  with every training task's gold chain (`'gold'`, `seed_bank_from_gold`)."""
   pc = config.pheromone
   g = problem.graph
-  return pher_lib.init_pheromone(
+  pher = pher_lib.init_pheromone(
       len(g.tool_names), g.template_mask.shape[1], tau_init=pc.tau_init, tau_min=pc.tau_min,
       tau_max=pc.tau_max, template_mask=jnp.asarray(g.template_mask),
       bank_per_edge=pc.bank_per_edge,
       edge_mask=jnp.asarray(g.edge_mask))
+  if pc.get("bank_seed", "rollouts") == "gold":
+    pher = seed_bank_from_gold(pher, problem)
+  return pher
+
+
+def seed_bank_from_gold(pher: pher_lib.PheromoneState, problem: Problem) -> pher_lib.PheromoneState:
+  """The bank with every training task's gold chain written as a trajectory of match score 1
+  (`phgpo.memory_bank.write`, in training-row order; an edge over `pheromone.bank_per_edge` entries keeps the
+  module's eviction order), the pheromone tables untouched: the paper's bank "distilled from successful
+  trajectories" (SPEC.md "PhGPO"), here from the gold ones. Reading it without leakage needs
+  `pheromone.bank_leakage` (`bank_groups`)."""
+  rows = np.sort(np.asarray(problem.train_idx, np.int64))
+  tools = np.asarray(problem.gold_tools, np.int32)[rows]
+  start = np.full((len(rows), 1), problem.graph.start_index, np.int32)
+  prev = np.concatenate([start, tools[:, :-1]], axis=1)
+  bank = memory_bank.write(pher, jnp.asarray(prev), jnp.asarray(tools), jnp.asarray(tools >= 0),
+                           jnp.ones((len(rows),), jnp.float32), jnp.asarray(rows, jnp.int32))
+  return pher._replace(**bank)
+
+
+def bank_groups(config: ml_collections.ConfigDict, problem: Problem) -> np.ndarray | None:
+  """Leakage groups of every task row for reading the bank (config `pheromone.bank_leakage`): 'none' (the
+  paper's: a training task reads its own entries), 'task' / 'chain' (entries of the reader's own task / gold
+  chain are invisible, `phgpo.retrieval.leakage_groups`) or 'auto' (the split's: 'task' on 'random', 'chain'
+  on 'chain'). Returns None for 'none'.
+
+  Raises:
+    ValueError: an unknown value.
+  """
+  mode = config.pheromone.get("bank_leakage", "none")
+  if mode not in BANK_LEAKAGE:
+    raise ValueError(f"config pheromone.bank_leakage={mode!r} is not one of {list(BANK_LEAKAGE)}")
+  if mode == "none":
+    return None
+  if mode == "auto":
+    mode = "chain" if problem.split == "chain" else "task"
+  return retrieval.leakage_groups(problem.tasks, mode=mode)
 
 
 def make_optimizer(config: ml_collections.ConfigDict, learning_rate: float, policy=None):
@@ -94,7 +138,8 @@ class Compiled:
   Attributes:
     decide(params, pher, batch, prev, task_sim, key, beta, w, temperature) -> objective.Decision
     task_similarity(task_idx) -> f32[B, T]: cosine similarity of the tasks' queries to every task's query,
-      the memory bank's evidence weights (`phgpo.memory_bank.bank_similarity`)
+      the memory bank's evidence weights (`phgpo.memory_bank.bank_similarity`); 0 for tasks of the reader's own
+      leakage group when `pheromone.bank_leakage` is not 'none' (`bank_groups`)
     rl_update(params, opt_state, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_labels,
       is_weight, sl_weight, kl_coef) -> (params, opt_state, aux)      (`phgpo.objective.phgpo_loss`)
     logp_of(params, flat_batch, actions) -> f32[B, H]      (`phgpo.objective.action_log_probs`)
@@ -161,8 +206,15 @@ class Compiled:
       return pher_lib.update_pheromone(pher, tools, templates, mask, scores, task_ids, **pher_hp)
 
     task_keys = jnp.asarray(problem.query_emb, jnp.float32)
-    sim_of = jax.jit(lambda q: memory_bank.bank_similarity(task_keys, q))
-    self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]))
+    groups = bank_groups(config, problem)
+    if groups is None:
+      sim_of = jax.jit(lambda q, gq: memory_bank.bank_similarity(task_keys, q))
+    else:   # entries of the reader's own leakage group are invisible (similarity 0: no evidence)
+      key_groups = jnp.asarray(groups, jnp.int32)
+      sim_of = jax.jit(lambda q, gq: memory_bank.masked_bank_similarity(task_keys, q, key_groups, gq))
+    group_of = np.zeros(len(problem.tasks), np.int32) if groups is None else np.asarray(groups, np.int32)
+    self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]),
+                                                   jnp.asarray(group_of[np.asarray(task_idx)]))
 
     self.decide = jax.jit(decide)
     shards = 1 if self.mesh is None else training.batch_shards(self.mesh, self.rules)
@@ -189,9 +241,11 @@ class Compiled:
     self.pher_update = jax.jit(pher_update, donate_argnums=0)
 
 
-def gold_decisions(problem: Problem) -> np.ndarray:
-  """i64[P, 2]: every gold decision (task, step) of the training split, the warm-up's data."""
-  return np.array([(i, t) for i in problem.train_idx for t in range(problem.gold_len[i])], np.int64)
+def gold_decisions(problem: Problem, task_idx: np.ndarray | None = None) -> np.ndarray:
+  """i64[P, 2]: every gold decision (task, step) of the task rows `task_idx` (default: the training split),
+  the warm-up's data."""
+  rows = problem.train_idx if task_idx is None else task_idx
+  return np.array([(i, t) for i in rows for t in range(problem.gold_len[i])], np.int64)
 
 
 def warmup_step(compiled: Compiled, state: TrainState, problem: Problem, decisions: np.ndarray,

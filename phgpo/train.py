@@ -38,7 +38,6 @@ from typing import Callable
 import jax
 import ml_collections
 import numpy as np
-import tqdm
 
 from common import config_util
 from common import io
@@ -50,32 +49,42 @@ from phgpo import data as data_lib
 from phgpo import evaluation
 from phgpo import pheromone as pher_lib
 from phgpo import problem as problem_lib
+from phgpo import retrieval_policy
 from phgpo import steps
+from phgpo import warmup
 from phgpo.runs import RUN_SPECS, TABLE_RUNS, run_config
 from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
-# What each run changes in the config, applied by `run_config`. 'nearest' and 'warmup' train nothing after the
-# warm-up; the others run stages 2-3 from the warm-up policy.
 SL_STEPS = ("teacher_forced", "all")
+POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (phgpo.problem.make_policy)
 
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs a
 # table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
 RESUME_FREE = stages.SCALE_KEYS
-REPORT_ONLY = ("runs", "table", "reference", "stats.", "seeds", "splits")
+REPORT_ONLY = ("runs", "table", "reference", "primary", "gate.", "stats.", "seeds", "splits")
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Raises ValueError naming the config key of a bad value; splits comma-separated run and split lists in place.
 
   Checks `runs` (names of `RUN_SPECS`, no repeats), `splits` ('random', 'chain'), `seeds` (distinct
-  non-negative integers), `reference` (a run name, or ''), `rl.sl_steps`, `rl.tis_cap`, the curriculum floors,
-  `ablation.freeze_at` and `logging.pheromone_snapshots`.
+  non-negative integers), `reference` (a run name, or ''), `gate.*`, `rl.sl_steps`, `rl.tis_cap`, the
+  curriculum floors, `ablation.freeze_at` and `logging.pheromone_snapshots`.
   """
-  if config.policy.get("kind", "") == "lm":
+  kind = config.policy.get("kind", "")
+  if kind not in POLICY_KINDS:
+    raise ValueError(f"config policy.kind={kind!r} is not one of {list(POLICY_KINDS)}")
+  if kind == "lm":
     stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
+  if kind == "retrieval_mlp":
+    ks = tuple(config.policy.vote_ks)
+    if not ks or any(int(k) != k or k < 1 for k in ks):
+      raise ValueError(f"config policy.vote_ks must be neighbour counts >= 1, e.g. (1, 3, 5); got {ks}")
+    retrieval_policy.leakage_mode(config.policy.leakage, "random")   # names a bad policy.leakage
   stages.check_optim_config(config.optim)
+  warmup.check_warmup_config(config.warmup)
   with config.unlocked():
     config.runs = config_util.split_commas(config.runs)
     config.splits = config_util.split_commas(config.splits)
@@ -101,6 +110,13 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if config.reference and config.reference not in RUN_SPECS:
     raise ValueError(f"config reference {config.reference!r} is not a run name; valid: {list(RUN_SPECS)}, or '' for "
                      "no paired differences (a reference outside config runs gives none either)")
+  g = config.get("gate", None)
+  if g is not None and (g.policy or g.baseline):
+    bad = [k for k in ("policy", "baseline") if g[k] not in RUN_SPECS]
+    if bad or not float(g.tolerance) >= 0:
+      raise ValueError(f"config gate.policy and gate.baseline must be run names (e.g. 'warmup', 'vote3'; valid: "
+                       f"{list(RUN_SPECS)}) and gate.tolerance >= 0 points; got {g.policy!r}, {g.baseline!r}, "
+                       f"{g.tolerance}")
   if config.rl.sl_steps not in SL_STEPS:
     raise ValueError(f"config rl.sl_steps must be one of {SL_STEPS}, got {config.rl.sl_steps!r}")
   if not config.rl.tis_cap >= 0:
@@ -121,6 +137,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if not pc.kappa > 0 or int(pc.bank_per_edge) < 1 or int(pc.top_k_similar) < 1:
     raise ValueError(f"config pheromone.kappa must be > 0 and pheromone.bank_per_edge, pheromone.top_k_similar >= 1; "
                      f"got {pc.kappa}, {pc.bank_per_edge}, {pc.top_k_similar}")
+  if pc.bank_seed not in steps.BANK_SEEDS:
+    raise ValueError(f"config pheromone.bank_seed must be one of {steps.BANK_SEEDS}, got {pc.bank_seed!r}")
+  if pc.bank_leakage not in steps.BANK_LEAKAGE:
+    raise ValueError(f"config pheromone.bank_leakage must be one of {steps.BANK_LEAKAGE}, got {pc.bank_leakage!r}")
   if pc.dep_units not in pher_lib.DEP_UNITS:
     raise ValueError(f"config pheromone.dep_units must be one of {pher_lib.DEP_UNITS}, got {pc.dep_units!r}")
   if int(pc.freeze_at) < -1:
@@ -134,57 +154,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "curriculum.p_tf_floor > 0 (the authors: 0.05)")
 
 
-def _progress(total: int, initial: int, desc: str, enabled: bool):
-  return tqdm.tqdm(total=total, initial=initial, desc=desc, disable=not enabled, dynamic_ncols=True,
-                   leave=False)
-
-
 def _write_json(path: str, obj: dict) -> None:
   io.write_json(path, obj, sort_keys=True)
-
-
-def _open_run(config, workdir: str, init: TrainState, policy=None):
-  """Checkpointer, train state (latest saved, else `init`), first step and metric writer of one run
-  (common.lm.stages.open_stage). The state is placed first (`phgpo.steps.place`: on the LM policy's mesh, else
-  on the default device), so a checkpoint restores into the same shardings."""
-  stage = stages.open_stage(workdir, init, config, place=lambda s: steps.place(s, policy))
-  return stage.checkpointer, stage.state, stage.start, stage.writer
-
-
-def _log_now(config, step: int, total: int) -> bool:
-  return (step + 1) % config.logging.every == 0 or step + 1 == total
-
-
-def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: int,
-               progress: bool = True) -> TrainState:
-  """Stage 1: supervised next-tool learning on the gold trajectories of the training split.
-
-  Saves the whole train state every `checkpoint.every` steps and at the end; resumes from the latest step
-  when called again with the same workdir. Returns the final train state.
-  """
-  os.makedirs(workdir, exist_ok=True)
-  wc = config.warmup
-  state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=wc.learning_rate)
-  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
-  pairs = steps.gold_decisions(problem)
-  bs = min(wc.batch_size, len(pairs))
-  bar = _progress(wc.steps, start, f"warm-up seed {seed}", progress)
-  for step in range(start, wc.steps):
-    rng = np.random.default_rng([seed, 1, step])
-    sel = pairs[rng.choice(len(pairs), size=bs, replace=False)]
-    state, aux = steps.warmup_step(compiled, state, problem, sel, step)
-    if _log_now(config, step, wc.steps):
-      aux = jax.device_get(aux)
-      writer.write(step + 1, {"warmup/" + k: v for k, v in aux.items()})
-      bar.set_postfix(loss=f"{float(aux['loss']):.3f}", acc=f"{float(aux['accuracy']):.3f}")
-    ck.maybe_save(step + 1, state, force=step + 1 == wc.steps)
-    bar.update(1)
-  bar.close()
-  if ck.latest_step() != wc.steps:
-    ck.save(wc.steps, state)
-  writer.close()
-  ck.close()
-  return state
 
 
 def _snapshot(config, workdir: str, step: int, pher) -> None:
@@ -238,7 +209,8 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                            params=init_params)
-  ck, state, start, writer = _open_run(config, workdir, state, compiled.policy)
+  stage = warmup.open_run(config, workdir, state, compiled.policy)
+  ck, state, start, writer = stage.checkpointer, stage.state, stage.start, stage.writer
   fs_path = os.path.join(workdir, "first_success.json")
   fs = json.load(open(fs_path)) if start > 0 and os.path.exists(fs_path) else {"first": {}, "visited": {}}
   # Steps after the checkpoint are replayed: forget what they recorded.
@@ -248,7 +220,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   envs = rollout_lib.make_envs(config, problem, rc.tasks_per_step * m)
   try:
     train_len = problem.gold_len[problem.train_idx]
-    bar = _progress(rc.steps, start, f"{desc} seed {seed}", progress)
+    bar = warmup.progress_bar(rc.steps, start, f"{desc} seed {seed}", progress)
     for step in range(start, rc.steps):
       if pc.beta_max > 0:
         _snapshot(config, workdir, step, state.pheromone)
@@ -278,7 +250,7 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
         if own[i] and mr[i] >= config.eval.success_threshold and tid not in first:
           first[tid] = step + 1
       _write_json(fs_path, {"first": first, "visited": visited})
-      if _log_now(config, step, rc.steps):
+      if warmup.log_now(config, step, rc.steps):
         aux = jax.device_get(aux)
         row = {f"rl/{k}": v for k, v in aux.items()}
         row.update({"rl/reward": float(rb.reward.mean()), "rl/match_ratio": float(mr.mean()), "rl/beta": sv.beta,
@@ -327,31 +299,88 @@ class _CompiledCache:
 def _strip(res: dict) -> dict:
   """A results dict without its per-task lists (for the summary files)."""
   out = {k: v for k, v in res.items() if k != "per_task"}
-  if isinstance(out.get("policy_only"), dict):
-    out["policy_only"] = _strip(out["policy_only"])
+  for sub in evaluation.SUB_ROWS:
+    if isinstance(out.get(sub), dict):
+      out[sub] = _strip(out[sub])
   return out
 
 
+def _with_policy(config, kind: str) -> ml_collections.ConfigDict:
+  """`config` with policy.kind = kind (the warm-up of a run whose RUN_SPECS entry names another policy)."""
+  cfg = ml_collections.ConfigDict(config.to_dict())
+  cfg.policy.kind = kind
+  cfg.lock()
+  return cfg
+
+
+def regime_gate(config, results: dict) -> str | None:
+  """The regime check printed before a seed's RL runs (config `gate`): the trained policy `gate.policy` against
+  the training-free row `gate.baseline` on held-out match ratio and exact match (percent).
+
+  PASS when the policy's match ratio is at least the baseline's minus `gate.tolerance` (points): the RL rows
+  then start from a policy as good as retrieval, the regime in which "does the pheromone help RL" can be
+  answered (issue 24). FAIL says so and that no pheromone row is to be read as an answer; the runs go on.
+  Returns None when `gate.policy` is '' (no gate) or either row is not among the results yet.
+  """
+  g = config.get("gate", None)
+  if g is None or not g.policy or g.policy not in results or g.baseline not in results:
+    return None
+  pol, base = results[g.policy], results[g.baseline]
+  d = 100 * (pol["match_ratio"] - base["match_ratio"])
+  ok = d >= -float(g.tolerance)
+  verdict = ("PASS: RL starts from a policy as good as retrieval" if ok else
+             "FAIL: the policy is below retrieval; no pheromone row of this seed answers the question")
+  return (f"regime gate: {g.policy} MR {100 * pol['match_ratio']:.2f} (exact {100 * pol['exact_match']:.2f}) vs "
+          f"{g.baseline} MR {100 * base['match_ratio']:.2f} (exact {100 * base['exact_match']:.2f}): "
+          f"{d:+.2f} points, tolerance {float(g.tolerance):.2f}: {verdict}")
+
+
 def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, workdir: str, *, seed: int,
-             progress: bool = True) -> dict:
-  """The runs of config `runs` for one seed of one split, all RL runs from the same warm-up policy.
+             progress: bool = True, log: Callable[[str], None] = print) -> dict:
+  """The runs of config `runs` for one seed of one split, all RL runs of one policy kind from the same warm-up.
 
   Each run's held-out metrics and per-task predictions go to `<workdir>/seed_<s>/<run>/results.json`; a
-  finished run is not repeated, an unfinished one resumes from its latest checkpoint.
+  finished run is not repeated, an unfinished one resumes from its latest checkpoint. A run whose RUN_SPECS
+  entry names another `policy` (e.g. 'phgpo_encoder') starts from that policy's own warm-up, kept in
+  seed_<s>/warmup_<kind>.
 
   Returns:
     {run name: metrics dict (`phgpo.evaluation.evaluate`'s, plus 'first_success' and 'train_seconds' for RL
-    runs, and 'policy_only' for runs decoded with the pheromone)}.
+    runs, 'policy_only' for runs decoded with the pheromone, and, with config `eval.test_pheromone`,
+    'test_pheromone' for runs trained with beta = 0: the same policy decoded with the config's pheromone)}.
   """
   if isinstance(compiled, _CompiledCache):
     cache = compiled
   else:
     cache = _CompiledCache(compiled.policy, problem)
     cache.put(config, compiled)
+  caches = {config.policy.kind: cache}
+  warms: dict = {}
   base = os.path.join(workdir, f"seed_{seed}")
-  out = {}
-  warm = None
+
+  def cache_of(cfg) -> _CompiledCache:
+    kind = cfg.policy.kind
+    if kind not in caches:
+      caches[kind] = _CompiledCache(problem_lib.make_policy(cfg, problem), problem)
+    return caches[kind]
+
+  def warm_of(kind: str):
+    """(warm-up state, its Compiled) of a policy kind; the config's own kind warms up in seed_<s>/warmup."""
+    if kind not in warms:
+      cfg = config if kind == config.policy.kind else _with_policy(config, kind)
+      comp = cache_of(cfg).get(cfg)
+      name = "warmup" if kind == config.policy.kind else f"warmup_{kind}"
+      warm = warmup.run_warmup(cfg, problem, comp, os.path.join(base, name), seed=seed, progress=progress)
+      warms[kind] = (warm, comp)
+    return warms[kind]
+
+  out, gated = {}, False
   for run in config.runs:
+    if not gated and RUN_SPECS[run]["kind"] == "rl":
+      gated = True
+      line = regime_gate(config, out)
+      if line is not None:
+        log(f"seed {seed}: {line}")
     rdir = os.path.join(base, run)
     res_path = os.path.join(rdir, "results.json")
     if os.path.exists(res_path):
@@ -360,21 +389,22 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
       continue
     spec = RUN_SPECS[run]
     os.makedirs(rdir, exist_ok=True)
-    if spec["kind"] == "nearest":
-      res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
+    if spec["kind"] in ("nearest", "vote"):
+      if spec["kind"] == "nearest":
+        res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
+      else:
+        res = evaluation.vote_query(problem, spec["k"], success_threshold=config.eval.success_threshold)
       _write_json(res_path, res)
       out[run] = res
       continue
-    base_compiled = cache.get(config)
-    if warm is None:   # the warm-up's checkpoints live in seed_<s>/warmup whether or not it is a table row
-      warm = run_warmup(config, problem, base_compiled, os.path.join(base, "warmup"), seed=seed,
-                        progress=progress)
     if spec["kind"] == "warmup":
+      warm, base_compiled = warm_of(spec.get("policy", config.policy.kind))
       res = evaluation.evaluate(config, base_compiled, warm.params, warm.pheromone, problem, beta=0.0, w=0.0,
                                 seed=seed)
     else:
       cfg = run_config(config, run)
-      comp = cache.get(cfg)
+      warm, _ = warm_of(cfg.policy.kind)
+      comp = cache_of(cfg).get(cfg)
       t0 = time.time()
       st = run_rl(cfg, problem, comp, rdir, seed=seed, init_params=warm.params, progress=progress, desc=run)
       pc = cfg.pheromone
@@ -384,6 +414,12 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
         # The same policy decoded without the pheromone: what the network itself learned.
         res["policy_only"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem, beta=0.0, w=0.0,
                                                  seed=seed)
+      elif config.eval.get("test_pheromone", False):
+        # The beta = 0 policy decoded with the config's pheromone (updated during its RL, never used there):
+        # the prior at decode time only, against PhGPO's prior during RL.
+        res["test_pheromone"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem,
+                                                    beta=config.pheromone.beta_max, w=config.pheromone.w_max,
+                                                    seed=seed)
       with open(os.path.join(rdir, "first_success.json")) as f:
         fs = json.load(f)
       res["first_success"] = first_success_summary(fs["first"], fs["visited"])
@@ -435,12 +471,13 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
     tool_names = list(problem.graph.tool_names)
     cache = _CompiledCache(problem_lib.make_policy(config, problem), problem)
     sdir = os.path.join(workdir, split)
-    results[split] = {seed: run_seed(config, problem, cache, sdir, seed=seed, progress=progress)
+    results[split] = {seed: run_seed(config, problem, cache, sdir, seed=seed, progress=progress, log=log)
                       for seed in config.seeds}
     ref = config.reference if config.reference in config.runs else None
     title = f"{config.table} table, {split} split: {len(problem.eval_idx)} held-out tasks"
     st = dict(confidence=config.stats.confidence, resamples=config.stats.resamples, method=config.stats.method)
-    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title, **st))
+    tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title,
+                                          primary=config.get("primary", ""), **st))
     paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref, **st)
   from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
   pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),

@@ -12,6 +12,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from phgpo import data
+from phgpo import long_horizon
 
 DOMAIN_COUNTS = {"Education": 200, "Finance": 135, "Gaming": 185, "Mapping": 200, "Music": 200,
                  "News_Media": 180, "Travel": 170, "Weather": 200, "eCommerce": 200}
@@ -146,6 +147,34 @@ class RealDataTest(parameterized.TestCase):
     # One domain's split does not depend on the others being loaded.
     fin_only = data.split_tasks([t for t in self.tasks if t.domain == "Finance"], seed=0)[1]
     self.assertEqual(ids(fin_only), [i for i in ids(held) if i.startswith("Finance/")])
+
+
+class LongHorizonTest(absltest.TestCase):
+  """The SYNTHETIC 'long' split: composed tasks on real data, rebuilt by the replay environment from their ids."""
+
+  def test_composed_tasks_on_real_data(self):
+    root = _real_root()
+    tasks = data.load_tasks(root, domains=["Finance"])
+    train, held = data.split_tasks(tasks, seed=0)
+    long_held = long_horizon.compose_long_horizon(held, seed=0)
+    self.assertEqual(long_horizon.compose_long_horizon(held, seed=0), long_held)          # deterministic
+    held_ids = {t.task_id for t in held}
+    lengths = [len(t.calls) for t in long_held]
+    self.assertTrue(all(6 <= n <= 20 for n in lengths))
+    self.assertTrue(any(n > 10 for n in lengths), "the >10-calls bucket must not be empty")
+    by_id = {t.task_id: t for t in tasks}
+    for t in long_held:
+      a, b = long_horizon.long_task_parts(t.task_id)
+      self.assertIn(a, held_ids)
+      self.assertIn(b, held_ids)                       # both halves from the held-out side
+      self.assertEqual(t.calls, by_id[a].calls + by_id[b].calls)
+      self.assertIn(long_horizon.LONG_JOIN, t.query)
+    self.assertIsNone(long_horizon.long_task_parts("Finance/3"))
+    from phgpo import replay_env
+    env = replay_env.make_replay_env(data_root=str(root), domains=["Finance"],
+                                     task_ids=[t.task_id for t in held] + [long_held[0].task_id])
+    obs = env.reset(long_held[0].task_id, 0)
+    self.assertIn(long_held[0].query, obs)
 
 
 class ToyDataTest(parameterized.TestCase):

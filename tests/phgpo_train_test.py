@@ -20,6 +20,7 @@ from phgpo import problem as problem_lib
 from phgpo import runs
 from phgpo import steps
 from phgpo import train
+from phgpo import warmup
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -324,7 +325,7 @@ class LMPolicyTrainTest(absltest.TestCase):
     self.assertTrue(policy.uses_observations)
     compiled = steps.Compiled(c, policy, problem)
     d = self.create_tempdir().full_path
-    warm = train.run_warmup(c, problem, compiled, os.path.join(d, "w"), seed=0, progress=False)
+    warm = warmup.run_warmup(c, problem, compiled, os.path.join(d, "w"), seed=0, progress=False)
     st = train.run_rl(c, problem, compiled, os.path.join(d, "r"), seed=0, init_params=warm.params,
                       progress=False)
     self.assertEqual(int(st.step), 2)

@@ -211,7 +211,8 @@ def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kap
   Returns:
     (conf f32[B, N] in [0, 1), tau_dep f32[B, N] in [tau_min, tau_max]).
   Notes:
-    O(B N M) gathers and arithmetic per call, O(B N M^2) when top_k_similar < M.
+    O(B N M) gathers and arithmetic per call, plus a top-k over each edge's M entries (O(B N M log M)) when
+    top_k_similar < M.
   """
   chex.assert_rank([prev, task_sim], [1, 2])
   chex.assert_equal_shape_prefix([prev, task_sim], 1)
@@ -223,14 +224,16 @@ def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kap
   s = s.reshape(bsz, n, m)
   evid = (ids >= 0) & (s > 0) & (s >= sim_threshold)
   if int(top_k_similar) < m:
-    # The most similar entries: rank each entry among the more similar ones of its edge (ties: better
-    # score, i.e. the earlier slot, since an edge's entries are sorted by score).
+    # The most similar entries of each edge (ties: better score, i.e. the earlier slot, since an edge's
+    # entries are sorted by score): those above the k-th largest similarity, then the earliest slots equal
+    # to it until k are taken. O(M log M) per edge; no scatter, so it shards like the gathers above.
+    k = int(top_k_similar)
     sm = jnp.where(evid, s, -jnp.inf)
-    slot = jnp.arange(m)
-    ahead = (sm[..., None, :] > sm[..., :, None]) | (
-        (sm[..., None, :] == sm[..., :, None]) & (slot[None, :] < slot[:, None]))
-    rank = jnp.sum(ahead & evid[..., None, :], axis=-1)
-    evid = evid & (rank < int(top_k_similar))
+    kth = jax.lax.top_k(sm, k)[0][..., -1:]                             # f32[B, N, 1]
+    above = sm > kth
+    tied = sm == kth
+    room = k - jnp.sum(above, axis=-1, keepdims=True)
+    evid = evid & (above | (tied & (jnp.cumsum(tied, axis=-1) <= room)))
   ws = jnp.where(evid, s, 0.0)
   s_sum = jnp.sum(ws, axis=-1)
   qbar = jnp.where(s_sum > 0, jnp.sum(ws * score, axis=-1) / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)

@@ -477,7 +477,7 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex
   Raises:
     AssertionError at trace time on wrong ranks or dtypes; ValueError on bad static options.
   Notes:
-    Cost O(B N M) (M = entries per edge; O(B N M^2) when top_k_similar < M).
+    Cost O(B N M) (M = entries per edge; plus an O(B N M log M) top-k when top_k_similar < M).
     No rho argument: the rate is the state's own (`state.rho`). The bank is replicated;
     the result is sharded like prev_tools.
   """

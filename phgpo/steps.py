@@ -212,7 +212,7 @@ class Compiled:
     else:   # entries of the reader's own leakage group are invisible (similarity 0: no evidence)
       key_groups = jnp.asarray(groups, jnp.int32)
       sim_of = jax.jit(lambda q, gq: memory_bank.masked_bank_similarity(task_keys, q, key_groups, gq))
-    group_of = np.zeros(len(problem.tasks), np.int32) if groups is None else np.asarray(groups, np.int32)
+    group_of = np.zeros(len(problem.query_emb), np.int32) if groups is None else np.asarray(groups, np.int32)
     self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]),
                                                    jnp.asarray(group_of[np.asarray(task_idx)]))
 

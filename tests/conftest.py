@@ -85,7 +85,8 @@ SLOW_CASES = re.compile(
 # at the end (longest-first keeps the two workers' finishing times close). phgpo_notebook_test is left out:
 # it reads the smoke run PhGPOTrainTest makes (tests/shared_runs.py), so started early it would only wait.
 LONGEST_FIRST = ("tests/progagent_train_test.py::SmokeRunTest", "tests/phgpo_train_test.py::PhGPOTrainTest",
-                 "tests/planpo_train_test.py::SmokeTest", "tests/lm_training_test.py::",
+                 "tests/planpo_train_test.py::SmokeTest", "tests/phgpo_retrieval_run_test.py::RetrievalRunTest",
+                 "tests/lm_training_test.py::", "tests/phgpo_retrieval_policy_test.py::",
                  "tests/multihost_test.py::", "tests/security_contained_test.py::TwentyEpisodesTest",
                  "tests/trainer_kit_test.py::", "tests/planpo_train_test.py::MicroBatchTest")
 

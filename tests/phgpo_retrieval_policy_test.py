@@ -53,9 +53,10 @@ class RetrievalPolicyTest(absltest.TestCase):
                                     jnp.asarray(nb_w[:, :3]), jnp.asarray(gold_len[rows]), num_tools=N_TOOLS)
     pred = np.asarray(pred)
     hist = np.random.default_rng(2).integers(0, N_TOOLS, size=(len(rows), H)).astype(np.int32)  # any history
+    apply = jax.jit(pol.apply)   # one compile for every step (the same shapes)
     for t in range(H):
       batch = pol.featurize(rows, hist, np.zeros_like(hist), np.full((len(rows),), t, np.int32))
-      logits = np.asarray(pol.apply(params, batch))
+      logits = np.asarray(apply(params, batch))
       votes = np.asarray(retrieval.position_votes(batch.nb_tools[:, :3], batch.nb_len[:, :3],
                                                   batch.nb_weight[:, :3], batch.base.step, num_tools=N_TOOLS))
       np.testing.assert_allclose(logits, 4.0 * votes, rtol=1e-6, atol=1e-6)
@@ -87,12 +88,13 @@ class RetrievalPolicyTest(absltest.TestCase):
     def loss(p):
       return optax.softmax_cross_entropy_with_integer_labels(pol.apply(p, batch), labels).mean()
 
-    g = jax.grad(loss)(params)
+    grad = jax.jit(jax.grad(loss))
+    g = grad(params)
     self.assertGreater(float(jnp.abs(g["mlp_scale"])), 0.0)
     self.assertGreater(float(jnp.abs(g["gate_bias"]).sum()), 0.0)
     # the MLP's own weights get none until mlp_scale moves off 0 (ReZero-style), then they do
     params = dict(params, mlp_scale=jnp.asarray(0.5, jnp.float32))
-    g = jax.grad(loss)(params)
+    g = grad(params)
     self.assertGreater(float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(g["scorer"]))), 0.0)
 
   def test_bad_settings_are_named(self):

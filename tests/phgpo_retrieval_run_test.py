@@ -26,6 +26,9 @@ class RetrievalRunTest(absltest.TestCase):
     c.env.sandboxed = False
     c.logging.tensorboard = False
     c.runs = ("nearest", "vote3", "warmup", "grpo", "phgpo_gold")
+    # One split in CI (the run is the suite's longest setup); the chain split's leave-chain-out masks are
+    # checked in phgpo_retrieval_policy_test and the warm-up's group-wise validation slice in RegimeGateTest.
+    c.splits = ("random",)
     cls.config = c
     cls.workdir = tempfile.mkdtemp(prefix="phgpo-retrieval-")
     cls.lines = []
@@ -111,6 +114,10 @@ class RegimeGateTest(absltest.TestCase):
     np.testing.assert_array_equal(val, np.sort(val))
     np.testing.assert_array_equal(val, warmup.validation_split(train_idx, 0.1, seed=0)[1])
     self.assertFalse(np.array_equal(val, warmup.validation_split(train_idx, 0.1, seed=1)[1]))
+    groups = np.repeat(np.arange(80), 3)[:200]          # chains of three tasks (the chain split's groups)
+    fit, val = warmup.validation_split(train_idx, 0.1, seed=0, groups=groups)
+    self.assertGreaterEqual(len(val), 6)
+    self.assertFalse(set(groups[fit]) & set(groups[val]))   # whole chains: none is on both sides
     with self.assertRaisesRegex(ValueError, "validation_fraction in \\(0, 1\\)"):
       warmup.validation_split(train_idx, 1.0, seed=0)
     for key, value in (("select", "best"), ("validation_fraction", 0.0), ("eval_every", 0)):

@@ -21,7 +21,8 @@ Not a config itself (no `get_config`). Keys:
                     household games generated once into a cache the sandboxes mount read-only.
   sft.shared        every seed's RL starts from one SFT policy (trained once, first seed) instead of its own.
   sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
-                    and the move back (TextWorldExpress 'move <dir>' only).
+                    and the move back (TextWorldExpress 'move <dir>' only). sft.env_retries: a gold replay the
+                    environment fails (crash, timeout) is played again from the same random state this many times.
   planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
   model.*, optim.*, mesh.*   the policy, its optimizer and the device mesh (configs/schema.py, the same keys in
                     every method; model.checkpoint 'tiny:qwen2' is a tiny random checkpoint trained from scratch).
@@ -80,7 +81,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.sft = schema.sft_config(epochs=8, batch_size=32, learning_rate=3e-3,
                             extra=dict(detour_prob=0.35, max_detours=3, think_min_sentences=0, think_max_sentences=4,
                                        harmless_actions=("look around", "inventory"), move_detours=False,
-                                       shared=True))
+                                       shared=True, env_retries=3))
   c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, learning_rate=1e-4, temperature=1.0, eval_temperature=1.0,
               eval_samples=1, minibatches=2, micro_batch_size=32, old_logprobs="sampler", reward_scale=10.0)
   c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,

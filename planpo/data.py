@@ -19,8 +19,10 @@ SFT rows are the driver's own turn records (prompt_ids, response_ids), so SFT pr
 what the rollouts (planpo/rollouts.py) show the policy: window rendering, observation clip at
 `rollout.max_observation_chars`, no system message. Before a tokenizer exists (the tokenizer corpus), the
 episodes are played with a byte-level fallback chat; only their text is used then.
+An episode the environment fails (a crashed or timed-out worker) is played again from the same random
+state, up to `sft.env_retries` times, so the data does not depend on the machine's load.
 Config keys `sft.detour_prob`, `sft.max_detours`, `sft.think_min_sentences`, `sft.think_max_sentences`,
-`sft.harmless_actions`, `sft.move_detours`.
+`sft.harmless_actions`, `sft.move_detours`, `sft.env_retries`.
 """
 
 from __future__ import annotations
@@ -159,6 +161,11 @@ def driver_config(config, max_turns: int | None = None) -> rollout_lib.RolloutCo
                                    seed_mode="fixed", mode="window", window=window_config(config))
 
 
+class GoldReplayEnvError(RuntimeError):
+  """The environment failed while a gold replay ran (the driver ended the episode 'env_error': a crashed
+  or hung worker, e.g. a ScienceWorld step past the driver's timeout on a loaded machine)."""
+
+
 def gold_episode(pool, task_id: str, *, config, rng: np.random.Generator, chat=None,
                  moves: bool = True) -> list[EpisodeTurn] | None:
   """One task's gold actions with detours, played by common.rollout.RolloutDriver (window mode) with a
@@ -167,7 +174,13 @@ def gold_episode(pool, task_id: str, *, config, rng: np.random.Generator, chat=N
   chat: the common.chat.ChatTemplate (or tokenizer) of the prompts; None: a byte-level fallback chat
   (the text is what matters: the tokenizer corpus before a tokenizer exists).
   moves: detours may be a move and the move back (which can strand the replay: then None).
+  Raises:
+    GoldReplayEnvError: the episode ended 'env_error' (the message has the driver's reason). The draws
+      taken from `rng` are then not those of a finished replay: gold_episodes retries from its saved state.
   """
+  if not pool.is_whole() and not pool.wait_until_whole():
+    raise GoldReplayEnvError(f"SFT gold replay of {task_id}: the environment pool did not become whole "
+                             "again (a worker failed to restart); see the EnvError messages logged above")
   rec = _RecordingChat.like(chat if chat is not None else traj_lib.ByteTokenizer())
   gold = list(pool.workers[0].query("gold_actions", task_id=task_id))
   script = _GoldScript(gold, config, rng, moves)
@@ -178,21 +191,49 @@ def gold_episode(pool, task_id: str, *, config, rng: np.random.Generator, chat=N
                                      config=driver_config(config, limit))
   script.driver, script.chat = driver, rec
   traj = driver.run([task_id])[0]
+  if traj.termination == "env_error":
+    raise GoldReplayEnvError(f"SFT gold replay of {task_id} (turn {len(traj.turns)}): {traj.error}")
   if not traj.success or traj.termination != "done" or len(traj.turns) > int(config.env.max_turns):
     return None
   return [EpisodeTurn(text, response, list(t.prompt_ids), list(t.response_ids), detour)
           for (text, response, detour), t in zip(script.turns, traj.turns)]
 
 
+def _replay(pool, task_id: str, *, config, rng: np.random.Generator, chat, moves: bool):
+  """gold_episode, played again from the same rng state after an environment failure, so that a crashed or
+  timed-out worker never changes the draws (and so the data) of this or any later task; at most
+  `sft.env_retries` retries, then the last GoldReplayEnvError is raised with the fix."""
+  retries = int(config.sft.get("env_retries", 3))
+  state = rng.bit_generator.state
+  for attempt in range(retries + 1):
+    try:
+      return gold_episode(pool, task_id, config=config, rng=rng, chat=chat, moves=moves)
+    except GoldReplayEnvError as err:
+      rng.bit_generator.state = state
+      if attempt == retries:
+        raise GoldReplayEnvError(
+            f"{err}; it failed {retries + 1} times in a row. Fix: see the "
+            "worker's error above (a timeout: give the machine fewer concurrent jobs, or raise "
+            "sft.env_retries)") from err
+      _log.warning("%s; replaying it from the same random state (retry %d of %d)", err, attempt + 1, retries)
+  raise AssertionError("unreachable")
+
+
 def gold_episodes(pool, task_ids: Sequence[str], *, config, seed: int, chat=None) -> list[list[EpisodeTurn]]:
   """gold_episode of every task (numpy seed [seed, 5]); an episode not won (or over env.max_turns) is replayed
-  with harmless detours only, and dropped if that fails too."""
+  with harmless detours only, and dropped if that fails too. An environment failure (GoldReplayEnvError) is
+  not "not won": that replay is played again from the random state it started with (`sft.env_retries`
+  times), so the episodes are the same on a loaded machine as on an idle one.
+
+  Raises:
+    GoldReplayEnvError: one replay failed `sft.env_retries` + 1 times in a row.
+  """
   rng = np.random.default_rng([seed, 5])
   out = []
   for t in task_ids:
-    ep = gold_episode(pool, t, config=config, rng=rng, chat=chat)
+    ep = _replay(pool, t, config=config, rng=rng, chat=chat, moves=True)
     if ep is None:
-      ep = gold_episode(pool, t, config=config, rng=rng, chat=chat, moves=False)
+      ep = _replay(pool, t, config=config, rng=rng, chat=chat, moves=False)
     if ep is None:
       _log.warning("SFT: the gold replay of %s was not won within env.max_turns; dropped", t)
       continue

@@ -91,6 +91,10 @@ def check_config(config) -> None:
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   stages.check_optim_config(config.optim)
   stages.check_sft_config(config.sft)
+  retries = config.sft.get("env_retries", 3)
+  if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+    raise ValueError(f"config `sft.env_retries` must be an integer >= 0 (replays of a gold episode the environment "
+                     f"failed), got {retries!r}")
   if config.rl.get("old_logprobs", "recompute") not in ("recompute", "sampler"):
     raise ValueError(f"config `rl.old_logprobs` must be 'recompute' or 'sampler', got {config.rl.old_logprobs!r}")
   if int(config.rl.get("micro_batch_size", 32)) < 1:

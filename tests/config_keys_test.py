@@ -236,7 +236,8 @@ class UnknownOverrideTest(absltest.TestCase):
     from planpo import train as planpo_train   # pylint: disable=import-outside-toplevel
     for key, value, msg in (("sft.learning_rate", -1.0, "sft.learning_rate=-1.0 must be > 0"),
                             ("sft.epochs", 0, "sft.epochs and sft.steps are both 0"),
-                            ("optim.grad_clip", -1.0, "optim.grad_clip=-1.0 must be > 0")):
+                            ("optim.grad_clip", -1.0, "optim.grad_clip=-1.0 must be > 0"),
+                            ("sft.env_retries", -1, "`sft.env_retries` must be an integer >= 0")):
       c = planpo_twx.get_config("smoke")
       node, leaf = key.split(".")
       c[node][leaf] = value

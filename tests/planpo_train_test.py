@@ -272,6 +272,46 @@ class GoldEpisodesTest(absltest.TestCase):
     self.assertEqual(traj.turns[0].prompt_ids, first.prompt_ids)
     self.assertIsInstance(traj, win_lib.WindowTrajectory)
 
+  def test_a_failed_environment_replays_the_same_episode(self):
+    # A worker killed in the middle of a gold replay (what a step past the driver's timeout does on a loaded
+    # machine) ends that episode 'env_error'; the replay is played again from the random state it started
+    # with, so the episodes are the same as without the failure. A worker that keeps failing is a named
+    # error after sft.env_retries retries.
+    import psutil  # pylint: disable=import-outside-toplevel
+    from planpo import rollouts
+    config = planpo_twx.get_config("smoke")
+    config.sft.detour_prob, config.sft.max_detours, config.env.max_turns = 0.5, 2, 10
+    config.env.sandboxed = True   # a worker process to kill
+    pool = rollouts.make_pool(config, num_workers=1)
+    self.addCleanup(pool.close)
+    tasks = rollouts.task_ids(pool.workers[0], config, config.env.train_split, 3)
+    clean = data.gold_episodes(pool, tasks, config=config, seed=0)
+    calls, script_call = [], data._GoldScript.__call__
+
+    def kill_on(which):
+      def call(script, request):
+        calls.append(request.task_id)
+        reply = script_call(script, request)   # (a detour may query the worker first)
+        if which(calls, request):
+          psutil.Process(script.driver.worker_for(request.episode).server_pid()).kill()
+        return reply
+      return call
+
+    once = lambda c, r: r.task_id == tasks[1] and c.count(tasks[1]) == 2   # 2nd turn of the 2nd task, once
+    with mock.patch.object(data._GoldScript, "__call__", kill_on(once)), \
+         self.assertLogs(data._log, "WARNING") as logs:
+      again = data.gold_episodes(pool, tasks, config=config, seed=0)
+    self.assertTrue(any("replaying it from the same random state (retry 1 of 3)" in m for m in logs.output),
+                    logs.output)
+    self.assertEqual(data.tokenizer_corpus(again), data.tokenizer_corpus(clean))
+    self.assertEqual(data.episode_stats(again), data.episode_stats(clean))
+    calls.clear()
+    config.sft.env_retries = 1
+    always = lambda c, r: r.task_id == tasks[0] and r.turn == 1
+    with mock.patch.object(data._GoldScript, "__call__", kill_on(always)), \
+         self.assertRaisesRegex(data.GoldReplayEnvError, rf"{tasks[0]}.*failed 2 times in a row.*sft.env_retries"):
+      data.gold_episodes(pool, tasks, config=config, seed=0)
+
   def test_train_state_is_a_dataclass(self):
     import jax.numpy as jnp
     state = kit.init_state({"w": jnp.ones((2,))}, kit.OptimSettings(1e-3, 1.0))

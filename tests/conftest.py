@@ -58,6 +58,9 @@ import pytest  # noqa: E402
 #     adapters-and-head-only step and PhGPO's sharded RL update; the loop is the one the encoder policy runs);
 #   - every household game won by its expert plan (a data check of the generator; CI keeps one expert plan
 #     through the environment, planpo_household_test);
+#   - PhGPO's LM update in 3 micro-batches under full remat on the cube (each piece is in CI: micro_batched_apply
+#     equals one pass in value and gradient, lm_training_test PiecesTest; remat equals no remat, ProgAgent's
+#     test_remat_equals_no_remat and lm_lora_test; PhGPO's sharded RL update on cube x LoRA);
 #   - chunked prefill at temperature 0.8 (CI keeps greedy and chunked-with-KV-reuse) and the multi-turn
 #     timing probe of benchmarks/ (its ratio is printed by the benchmark, never asserted).
 SLOW_CASES = re.compile(
@@ -68,6 +71,7 @@ SLOW_CASES = re.compile(
     r"|^tests/lm_training_test\.py::PlanPOShardedTest::test_accumulation_equals_one_pass1$"
     r"|^tests/progagent_train_test\.py::SmokeRunTest::test_resume_gives_identical_state$"
     r"|^tests/lm_training_test\.py::ProgAgentShardedTest::test_bf16_params_with_f32_master_weights1$"
+    r"|^tests/lm_training_test\.py::PhGPOShardedTest::test_micro_batches_and_remat_equal_one_pass$"
     r"|^tests/lm_attention_test\.py::ModelParityTest::test_logprobs_and_grads_equal_dense_(attention|logit)_blocks$"
     r"|^tests/lm_attention_test\.py::ModelParityTest::test_bf16_close_to_f32$"
     r"|^tests/trainer_kit_test\.py::TrainerKitTest::test_micro_batches_give_the_one_pass_update$"

@@ -282,7 +282,17 @@ def run(quick: bool = False) -> dict:
         print(f"{name:<22}{part:<10}{v['python_ms']:>11.2f}{v['jax_ms']:>10.2f}"
               f"{v['ratio']:>11.1f}x")
   results["top_k_similar"] = _bench_top_k_similar(reps)
+  results["hot_edges"] = _bench_hot_edges(reps)
   return results
+
+
+def _same_then_time(fast, slow, args, reps: int) -> tuple[float, float]:
+  """Asserts fast(*args) and slow(*args) give the same arrays (the same selection, the same numbers), then
+  returns their best milliseconds per call (`_time`)."""
+  for a, c in zip(fast(*args), slow(*args)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+  return (_time(lambda: jax.block_until_ready(fast(*args)), reps),
+          _time(lambda: jax.block_until_ready(slow(*args)), reps))
 
 
 def _pairwise_rank_selection(evid, s, k: int):
@@ -319,14 +329,44 @@ def _bench_top_k_similar(reps: int) -> dict:
     qbar = jnp.where(s_sum > 0, jnp.sum(ws * score, axis=-1) / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
     return s_sum / (s_sum + KAPPA), 0.01 + jnp.clip(qbar, 0.0, 1.0) * (10.0 - 0.01)
 
-  slow = jax.jit(slow_fn)
-  for a, c in zip(fast(prev, sim), slow(prev, sim)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(c))   # the same selection, the same numbers
-  fast_ms = _time(lambda: jax.block_until_ready(fast(prev, sim)), reps)
-  slow_ms = _time(lambda: jax.block_until_ready(slow(prev, sim)), reps)
+  fast_ms, slow_ms = _same_then_time(fast, jax.jit(slow_fn), (prev, sim), reps)
   print(f"dependent_pheromone, B={b} N={n} M={m} top_k_similar={k}: pairwise rank {slow_ms:.1f} ms, "
         f"lax.top_k {fast_ms:.1f} ms, ratio {slow_ms / fast_ms:.1f}x")
   return {"pairwise_ms": slow_ms, "top_k_ms": fast_ms, "ratio": slow_ms / fast_ms}
+
+
+def _bench_hot_edges(reps: int) -> dict:
+  """`dependent_pheromone` with top_k_similar = 16 < M = 64 on a bank shaped like the retrieval table's gold
+  bank (B = 80 rollouts, N = 381 tools: a few edges per tool hold entries, at most 3 leaving a tool hold more
+  than 16, 25 leaving START), ranking only each row's hot edges (`hot_edges` from
+  `memory_bank.hot_edge_counts`, as the rollout driver passes it) against ranking every edge (hot_edges=None,
+  the baseline); both give the same numbers (asserted). One call at steps 2.. (prev = tools) and at step 1
+  (prev = START) is timed for each."""
+  b, n, m, k, num_tasks = 80, 381, 64, 16, 1600
+  rng = np.random.default_rng(1)
+  bank_task = np.full((n + 1, n, m), -1, np.int32)
+  for i in range(n + 1):
+    heavy = 25 if i == n else int(rng.integers(0, 4))
+    for r, j in enumerate(rng.choice(n, size=heavy + 6, replace=False)):
+      size = int(rng.integers(k + 1, m + 1)) if r < heavy else int(rng.integers(1, k + 1))
+      bank_task[i, j, :size] = rng.choice(num_tasks, size=size, replace=False)
+  st = type("S", (), {})()
+  st.bank_task = jnp.asarray(bank_task)
+  st.bank_score = jnp.asarray(-np.sort(-rng.random((n + 1, n, m)), axis=-1), jnp.float32)
+  sim = jnp.asarray(np.round(rng.random((b, num_tasks)), 2), jnp.float32)
+  counts = np.asarray(memory_bank.hot_edge_counts(st.bank_task, k))
+  kw = dict(kappa=KAPPA, top_k_similar=k, sim_threshold=0.3, tau_min=0.01, tau_max=10.0, dep_units="tau_range")
+  out = {}
+  for label, prev in (("tools", rng.integers(0, n, size=b)), ("START", np.full(b, n))):
+    bound = memory_bank.hot_edge_bucket(int(counts[prev].max()), n)
+    hot = jax.jit(lambda p, x, d=bound: memory_bank.dependent_pheromone(st, p, x, hot_edges=d, **kw))
+    every = jax.jit(lambda p, x: memory_bank.dependent_pheromone(st, p, x, **kw))
+    hot_ms, every_ms = _same_then_time(hot, every, (jnp.asarray(prev, jnp.int32), sim), reps)
+    print(f"dependent_pheromone, B={b} N={n} M={m} top_k_similar={k}, prev = {label} (hot_edges {bound}): "
+          f"every edge {every_ms:.1f} ms, hot edges {hot_ms:.1f} ms, ratio {every_ms / hot_ms:.1f}x")
+    out[label] = {"every_edge_ms": every_ms, "hot_edges_ms": hot_ms, "ratio": every_ms / hot_ms,
+                  "hot_edges": bound}
+  return out
 
 
 def main() -> None:

@@ -41,3 +41,21 @@ def split_list_overrides(config: ml_collections.ConfigDict, keys: tuple[str, ...
         config[key] = split_commas(value)
       elif isinstance(value, (tuple, list)) and any(isinstance(v, str) and "," in v for v in value):
         config[key] = split_commas(value)
+
+
+def seed_list(seeds: Any, key: str = "seeds") -> tuple[int, ...]:
+  """Config `seeds` (a tuple, or the flag's comma string --config.seeds=0,1,2) as distinct non-negative ints.
+
+  Raises:
+    ValueError: naming `key`: a value that is not an integer, a negative or repeated seed, or none at all.
+  """
+  items = split_commas(seeds) if isinstance(seeds, (str, tuple, list)) else (seeds,)
+  try:
+    out = tuple(int(s) for s in items)
+    bad = any(isinstance(s, bool) or (isinstance(s, float) and s != int(s)) for s in items)
+  except (TypeError, ValueError):
+    out, bad = (), True
+  if bad or not out or min(out) < 0 or len(set(out)) != len(out):
+    raise ValueError(f"config {key} must be distinct non-negative integers, e.g. --config.{key}=0,1,2; got "
+                     f"{list(items)}")
+  return out

@@ -71,7 +71,8 @@ def _check_same_config(workdir: str, config, trainer=None, *, write: bool = True
   """Refuses a workdir whose saved config differs: its checkpoints and results belong to that config.
 
   Keys of the trainer's REPORT_ONLY may differ (they select and summarise runs, not train them), and so may
-  those of its RESUME_FREE (mesh, attention blocks, remat, KV reuse: where and how fast, not what).
+  those of its RESUME_FREE (mesh, attention blocks, remat, KV reuse: where and how fast, not what). A workdir
+  holding nothing but config.json (a run that failed before writing anything) takes the new config.
   `write`: save config.json (only process 0 does, in a multi-process run).
 
   Raises:
@@ -85,6 +86,11 @@ def _check_same_config(workdir: str, config, trainer=None, *, write: bool = True
       old = json.load(f)
     free = tuple(trainer.REPORT_ONLY) + tuple(trainer.RESUME_FREE)
     diffs = [d for d in _diff(old, new) if not _matches(d.split(":")[0], free)]
+    if diffs and not _holds_results(workdir):
+      # A run that stopped before writing anything (e.g. a checkpoint path that does not exist): nothing to keep.
+      logging.warning("--workdir %s holds only the config.json of a run that wrote nothing; replacing it "
+                      "(%s)", workdir, "; ".join(diffs[:5]))
+      diffs = []
     if diffs:
       raise ValueError(
           f"--workdir {workdir} holds checkpoints and results of a different config:\n  "
@@ -93,6 +99,14 @@ def _check_same_config(workdir: str, config, trainer=None, *, write: bool = True
   if write:
     with open(path, "w") as f:
       json.dump(new, f, indent=1)
+
+
+def _holds_results(workdir: str) -> bool:
+  """Whether `workdir` holds any file besides its config.json (checkpoints, metrics, results, logs)."""
+  for root, _, files in os.walk(workdir):
+    if any(not (root == workdir and f == "config.json") for f in files):
+      return True
+  return False
 
 
 def _diff(old, new, prefix="") -> list[str]:
@@ -109,6 +123,16 @@ def main(argv):
   # First, before anything touches JAX devices; a no-op for a single process.
   process = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   config = _CONFIG.value
+  try:
+    config.get("method")   # a config file that failed to load raises here (ml_collections defers the error)
+  except OSError:
+    path = config_flags.get_config_filename(flags.FLAGS["config"])
+    if os.path.exists(path.split(":", 1)[0]):
+      raise   # the file is there but failed to load: its own traceback
+    known = sorted(f"configs/{f}" for f in os.listdir(os.path.join(os.path.dirname(__file__), "..", "configs"))
+                   if f.endswith(".py") and not f.startswith("_") and f != "schema.py")
+    sys.exit(f"FATAL --config={path}: no such config file; the configs are {', '.join(known)} "
+             "(a variant after a colon, e.g. configs/planpo_twx.py:smoke)")
   logging.getLogger("absl").setLevel(logging.WARNING)
   workdir = os.path.abspath(_WORKDIR.value)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
@@ -135,6 +159,13 @@ def parse_flags(argv: list[str]) -> list[str]:
   one line naming it instead of ml_collections' traceback (exit status 1)."""
   try:
     return flags.FLAGS(argv)
+  except flags.IllegalFlagValueError as e:
+    # get_config's own "unknown config variant ...; valid: ..." (ml_collections wraps it in two tracebacks)
+    line = next((l for l in reversed(str(e).splitlines()) if "unknown config variant" in l), None)
+    if line is None:
+      raise
+    given = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")), "")
+    sys.exit(f"FATAL --config={given}: {line.split(': ', 1)[-1] if line.startswith('ValueError') else line}")
   except (AttributeError, KeyError) as e:
     bad = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
     keys = {k for b in bad for k in b[len("--config."):].split(".")}

@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 
 from common import env_pool
+from phgpo import memory_bank
 from phgpo import metrics as metrics_lib
 from phgpo import problem as problem_lib
 from phgpo import replay_env
@@ -103,6 +104,11 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
   observations = [[] for _ in range(b)] if policy.uses_observations else None
   horizon = problem.gold_len[task_idx]
   task_sim = compiled.task_similarity(task_idx)   # the task is fixed for the whole episode
+  # The bank is fixed for the whole rollout too: how many of its edges leaving each tool may need a ranking
+  # (phgpo.memory_bank.dependent_pheromone's hot_edges; None ranks every edge, or the bank has no surplus).
+  hot = None
+  if pher.bank_task.shape[-1] > compiled.config.pheromone.top_k_similar:
+    hot = np.asarray(jax.device_get(compiled.hot_edge_counts(pher.bank_task)))
   seeds = [int(x) for x in tf_rng.integers(1 << 30, size=b)]
   for i, r in enumerate(envs.reset_all([problem.tasks[j].task_id for j in task_idx], seeds)):
     if isinstance(r, Exception):
@@ -118,8 +124,9 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
     batch = policy.featurize(task_idx, tools, status, step, observations)
     prev = tools[:, t - 1] if t > 0 else np.full((b,), compiled.start, np.int32)
     prev = np.where(prev < 0, compiled.start, prev).astype(np.int32)
+    bound = None if hot is None else memory_bank.hot_edge_bucket(int(hot[prev].max()), pher.tau.shape[1])
     a, tm, lp, has, lpb = jax.device_get(compiled.decide(params, pher, batch, jnp.asarray(prev), task_sim, sub,
-                                                    beta, w, temperature))
+                                                         beta, w, temperature, hot_edges=bound))
     forced = tf_rng.random(b) < p_tf
     chosen = []
     for i in np.nonzero(active)[0]:

@@ -191,8 +191,55 @@ def write(state: Any, prev: jax.Array, tools: jax.Array, mask: jax.Array, scores
       bank_score=flat_score.at[dest].set(top_score, mode="drop").reshape(rows, n, m))
 
 
+def _select_top(evid: jax.Array, s: jax.Array, k: int) -> jax.Array:
+  """bool[..., M]: the k most similar entries of `evid` along the last axis (ties: the earlier slot, i.e. the
+  better score, since an edge's entries are sorted by score): those above the k-th largest similarity, then
+  the earliest slots equal to it until k are taken. O(M log M) per edge; no scatter."""
+  sm = jnp.where(evid, s, -jnp.inf)
+  kth = jax.lax.top_k(sm, k)[0][..., -1:]
+  above = sm > kth
+  tied = sm == kth
+  room = k - jnp.sum(above, axis=-1, keepdims=True)
+  return evid & (above | (tied & (jnp.cumsum(tied, axis=-1) <= room)))
+
+
+def _select_top_hot(evid: jax.Array, s: jax.Array, k: int, d: int) -> tuple[jax.Array, jax.Array]:
+  """(`_select_top` of bool[B, N, M] `evid` when no row has more than d edges over k entries of evidence,
+  bool[B]: rows that have more).
+
+  Only an edge with more than k entries of evidence changes, so each row's d edges with the most evidence are
+  ranked on their own ([B, d, M]) and gathered back; the others keep `evid`. No scatter: it shards over B."""
+  n = evid.shape[1]
+  count = jnp.sum(evid, axis=-1, dtype=jnp.int32)                     # [B, N]
+  # Counts ranked as float32 (exact below 2^24): XLA's CPU top-k is many times slower on int32.
+  hot = jax.lax.top_k(count.astype(jnp.float32), d)[1].astype(jnp.int32)   # [B, d]
+  sel = _select_top(jnp.take_along_axis(evid, hot[..., None], axis=1),
+                    jnp.take_along_axis(s, hot[..., None], axis=1), k)    # [B, d, M]
+  onehot = hot[:, :, None] == jnp.arange(n, dtype=jnp.int32)           # [B, d, N]
+  back = jnp.take_along_axis(sel, jnp.argmax(onehot, axis=1)[..., None], axis=1)   # [B, N, M]
+  return (jnp.where(jnp.any(onehot, axis=1)[..., None], back, evid),
+          jnp.sum(count > k, axis=-1) > d)
+
+
+def hot_edge_counts(bank_task: chex.Array, top_k_similar: int) -> jax.Array:
+  """i32[N + 1]: for each source row i of the bank (START = N), the number of edges (i, j) holding more than
+  `top_k_similar` entries, i.e. the most edges a reader at i may need ranked (`dependent_pheromone`'s
+  `hot_edges`). Args: bank_task i32[N + 1, N, M] (`PheromoneState.bank_task`), top_k_similar >= 1."""
+  return jnp.sum(jnp.sum(bank_task >= 0, axis=-1) > top_k_similar, axis=-1, dtype=jnp.int32)
+
+
+def hot_edge_bucket(count: int, num_tools: int) -> int | None:
+  """The `hot_edges` bound to compile for: the smallest of 4, 8, 16, ... at or above `count` (so few shapes
+  are compiled), or None (rank every edge) when that reaches `num_tools`."""
+  d = 4
+  while d < count:
+    d *= 2
+  return None if d >= num_tools else d
+
+
 def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kappa, top_k_similar: int,
-                        sim_threshold, tau_min, tau_max, dep_units: str) -> tuple[jax.Array, jax.Array]:
+                        sim_threshold, tau_min, tau_max, dep_units: str,
+                        hot_edges: int | None = None) -> tuple[jax.Array, jax.Array]:
   """Confidence c_ij(x) and task-dependent pheromone tau_dep_ij(x) of every edge leaving prev_b.
 
   The formulas are in the module docstring.
@@ -208,11 +255,18 @@ def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kap
       `pheromone.sim_threshold`; may be traced).
     tau_min, tau_max: MAX-MIN bounds (`pheromone.tau_min`, `pheromone.tau_max`).
     dep_units: 'tau_range' or 'score' (static; config `pheromone.dep_units`).
+    hot_edges: static; None ranks every edge's entries when top_k_similar < M. An int d ranks only each
+      row's d edges with the most evidence, the same selection when no edge leaving prev_b outside them
+      holds more than top_k_similar entries: a caller passes hot_edge_bucket(max(hot_edge_counts(bank)[prev]))
+      (the rollout driver does, `phgpo.classifier_rollout.rollout`). A row with more such edges than d gets
+      NaN confidences (a wrong bound is loud, never a silent other selection).
   Returns:
     (conf f32[B, N] in [0, 1), tau_dep f32[B, N] in [tau_min, tau_max]).
   Notes:
-    O(B N M) gathers and arithmetic per call, plus a top-k over each edge's M entries (O(B N M log M)) when
-    top_k_similar < M.
+    O(B N M) gathers and arithmetic per call, plus, when top_k_similar < M, a top-k over the M entries of
+    every edge (O(B N M log M); about 100 ms at B = 80, N = 381, M = 64 on a CPU core) or, with hot_edges
+    = d, of d edges per row (the retrieval table's gold bank: at most 3 edges over 16 entries leave any tool,
+    25 leave START; 12x faster at d = 4 in benchmarks/pheromone_bench.py).
   """
   chex.assert_rank([prev, task_sim], [1, 2])
   chex.assert_equal_shape_prefix([prev, task_sim], 1)
@@ -223,21 +277,18 @@ def dependent_pheromone(state: Any, prev: jax.Array, task_sim: jax.Array, *, kap
   s = jnp.take_along_axis(task_sim, jnp.clip(ids, 0, task_sim.shape[1] - 1).reshape(bsz, n * m), axis=1)
   s = s.reshape(bsz, n, m)
   evid = (ids >= 0) & (s > 0) & (s >= sim_threshold)
+  overflow = None
   if int(top_k_similar) < m:
-    # The most similar entries of each edge (ties: better score, i.e. the earlier slot, since an edge's
-    # entries are sorted by score): those above the k-th largest similarity, then the earliest slots equal
-    # to it until k are taken. O(M log M) per edge; no scatter, so it shards like the gathers above.
-    k = int(top_k_similar)
-    sm = jnp.where(evid, s, -jnp.inf)
-    kth = jax.lax.top_k(sm, k)[0][..., -1:]                             # f32[B, N, 1]
-    above = sm > kth
-    tied = sm == kth
-    room = k - jnp.sum(above, axis=-1, keepdims=True)
-    evid = evid & (above | (tied & (jnp.cumsum(tied, axis=-1) <= room)))
+    if hot_edges is None or int(hot_edges) >= n:
+      evid = _select_top(evid, s, int(top_k_similar))
+    else:
+      evid, overflow = _select_top_hot(evid, s, int(top_k_similar), int(hot_edges))
   ws = jnp.where(evid, s, 0.0)
   s_sum = jnp.sum(ws, axis=-1)
   qbar = jnp.where(s_sum > 0, jnp.sum(ws * score, axis=-1) / jnp.where(s_sum > 0, s_sum, 1.0), 0.0)
   conf = s_sum / (s_sum + kappa)
+  if overflow is not None:
+    conf = jnp.where(overflow[:, None], jnp.nan, conf)
   if dep_units == "tau_range":
     tau_dep = tau_min + jnp.clip(qbar, 0.0, 1.0) * (tau_max - tau_min)
   else:

@@ -232,7 +232,8 @@ def warmup_loss(logits: chex.Array, labels: chex.Array,
 def decide(key: chex.PRNGKey, logits: chex.Array, pher: pher_lib.PheromoneState, prev_tools: chex.Array,
            task_sim: chex.Array, template_mask: chex.Array, *, beta, w, temperature, top_k: int,
            kappa: float, top_k_similar: int, tau_min: float, tau_max: float,
-           dep_units: str = "tau_range", sim_threshold=0.0, first_step_pheromone: bool = True) -> Decision:
+           dep_units: str = "tau_range", sim_threshold=0.0, first_step_pheromone: bool = True,
+           hot_edges: int | None = None) -> Decision:
   """PhGPO's decision rule: top-K of pi re-weighted by tau^beta at temperature T, then a template.
 
     tau_b   = pheromone_rows(pher, a_{t-1}, x_b; w)               (fused pheromone row, f32[N])
@@ -259,6 +260,8 @@ def decide(key: chex.PRNGKey, logits: chex.Array, pher: pher_lib.PheromoneState,
       (`pheromone.<name>`, see `phgpo.pheromone.pheromone_rows`).
     first_step_pheromone: static; False samples the first decision (prev = START) from the policy alone,
       as the authors' trainer does (config `pheromone.first_step`; True, ours, applies the START row).
+    hot_edges: static bound on the memory-bank edges to rank per row (None: every edge; see
+      `phgpo.memory_bank.dependent_pheromone`; the rollout driver passes one, same result, faster).
   Returns:
     `Decision`.
   Raises:
@@ -273,7 +276,7 @@ def decide(key: chex.PRNGKey, logits: chex.Array, pher: pher_lib.PheromoneState,
   logp_all = jax.nn.log_softmax(logits, axis=-1)
   rows = pher_lib.pheromone_rows(pher, prev_tools, task_sim, w=w, kappa=kappa,
                                  top_k_similar=top_k_similar, tau_min=tau_min, tau_max=tau_max,
-                                 dep_units=dep_units, sim_threshold=sim_threshold)
+                                 dep_units=dep_units, sim_threshold=sim_threshold, hot_edges=hot_edges)
   log_prior = jnp.log(rows)
   if not first_step_pheromone:
     # No pheromone at the first decision: a flat prior there (log 1 = 0) leaves the policy's own scores.

@@ -448,7 +448,7 @@ def update_pheromone(state: PheromoneState, tools: chex.Array, templates: chex.A
 
 def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex.Array | None, *, w,
                    kappa, top_k_similar: int, tau_min, tau_max, dep_units: str = "tau_range",
-                   sim_threshold=0.0) -> jax.Array:
+                   sim_threshold=0.0, hot_edges: int | None = None) -> jax.Array:
   """Fused pheromone tau(prev, . | x) over all next tools, one row per rollout.
 
     tau_ij(x) = clip((1 - w c_ij(x)) tau_agn(i, j) + w c_ij(x) tau_dep_ij(x), tau_min, tau_max)
@@ -472,6 +472,8 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex
     sim_threshold: entries less similar than this are no evidence (config `pheromone.sim_threshold`).
     tau_min, tau_max: MAX-MIN bounds (the result always lies within them).
     dep_units: 'tau_range' or 'score' (static; config `pheromone.dep_units`, see phgpo/memory_bank.py).
+    hot_edges: static bound on the edges to rank per row when top_k_similar < M (None: every edge; see
+      `phgpo.memory_bank.dependent_pheromone`).
   Returns:
     f32[B, N] fused pheromone in [tau_min, tau_max]; log of it is finite.
   Raises:
@@ -508,7 +510,7 @@ def pheromone_rows(state: PheromoneState, prev_tools: chex.Array, task_sim: chex
   chex.assert_equal_shape_prefix([prev_tools, task_sim], 1)
   conf, tau_dep = memory_bank.dependent_pheromone(
       state, prev, task_sim, kappa=kappa, top_k_similar=top_k_similar, sim_threshold=sim_threshold,
-      tau_min=tau_min, tau_max=tau_max, dep_units=dep_units)
+      tau_min=tau_min, tau_max=tau_max, dep_units=dep_units, hot_edges=hot_edges)
   wc = w * conf
   fused = (1.0 - wc) * tau_agn + wc * tau_dep
   return jnp.clip(fused, tau_min, tau_max)

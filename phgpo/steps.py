@@ -136,7 +136,9 @@ class Compiled:
   """The jit-compiled decision and update functions for one policy and config.
 
   Attributes:
-    decide(params, pher, batch, prev, task_sim, key, beta, w, temperature) -> objective.Decision
+    decide(params, pher, batch, prev, task_sim, key, beta, w, temperature, hot_edges=None)
+      -> objective.Decision (hot_edges static: see `phgpo.objective.decide`)
+    hot_edge_counts(bank_task) -> i32[N + 1]: `phgpo.memory_bank.hot_edge_counts` at `pheromone.top_k_similar`
     task_similarity(task_idx) -> f32[B, T]: cosine similarity of the tasks' queries to every task's query,
       the memory bank's evidence weights (`phgpo.memory_bank.bank_similarity`); 0 for tasks of the reader's own
       leakage group when `pheromone.bank_leakage` is not 'none' (`bank_groups`)
@@ -175,9 +177,9 @@ class Compiled:
     # loss normalises several terms over the whole batch, so the logits are gathered, not the losses summed).
     train_apply = lambda params, batch: training.micro_batched_apply(policy.apply, params, batch, n_micro)
 
-    def decide(params, pher, batch, prev, task_sim, key, beta, w, temperature):
+    def decide(params, pher, batch, prev, task_sim, key, beta, w, temperature, hot_edges=None):
       return objective.decide(key, policy.apply(params, batch), pher, prev, task_sim, self.template_mask,
-                              beta=beta, w=w, temperature=temperature, **decide_hp)
+                              beta=beta, w=w, temperature=temperature, hot_edges=hot_edges, **decide_hp)
 
     def rl_loss(params, flat_batch, actions, logp_old, adv, pg_mask, sl_mask, ref_logp, sl_labels, is_weight,
                 sl_weight, kl_coef):
@@ -216,7 +218,9 @@ class Compiled:
     self.task_similarity = lambda task_idx: sim_of(jnp.asarray(problem.query_emb[np.asarray(task_idx)]),
                                                    jnp.asarray(group_of[np.asarray(task_idx)]))
 
-    self.decide = jax.jit(decide)
+    self.decide = jax.jit(decide, static_argnames="hot_edges")
+    top_k_similar = int(pc.top_k_similar)
+    self.hot_edge_counts = jax.jit(lambda bank_task: memory_bank.hot_edge_counts(bank_task, top_k_similar))
     shards = 1 if self.mesh is None else training.batch_shards(self.mesh, self.rules)
 
     replicated: set[int] = set()

@@ -84,6 +84,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config policy.vote_ks must be neighbour counts >= 1, e.g. (1, 3, 5); got {ks}")
     retrieval_policy.leakage_mode(config.policy.leakage, "random")   # names a bad policy.leakage
   stages.check_optim_config(config.optim)
+  stages.check_rl_config(config.rl, rl_key="rl")
   warmup.check_warmup_config(config.warmup)
   with config.unlocked():
     config.runs = config_util.split_commas(config.runs)
@@ -97,16 +98,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   bad = [s for s in config.splits if s not in data_lib.SPLITS]
   if bad or not config.splits or len(set(config.splits)) != len(config.splits):
     raise ValueError(f"config splits must be distinct names out of {list(data_lib.SPLITS)}, got {list(config.splits)}")
-  try:
-    seeds = [int(s) for s in config.seeds]
-  except (TypeError, ValueError):
-    raise ValueError(f"config seeds must be non-negative integers, e.g. --config.seeds=0,1,2; got "
-                     f"{list(config.seeds)}") from None
-  if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds) or any(
-      isinstance(s, float) and s != int(s) for s in config.seeds):
-    raise ValueError(f"config seeds must be distinct non-negative integers, got {list(config.seeds)}")
   with config.unlocked():
-    config.seeds = tuple(seeds)
+    config.seeds = config_util.seed_list(config.seeds)
   if config.reference and config.reference not in RUN_SPECS:
     raise ValueError(f"config reference {config.reference!r} is not a run name; valid: {list(RUN_SPECS)}, or '' for "
                      "no paired differences (a reference outside config runs gives none either)")
@@ -152,6 +145,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "teacher-forced step with curriculum.p_tf_floor = 0 and rl.sl_steps = 'teacher_forced', so it "
                      "would only scale the policy gradient by 1 - lambda; set rl.sl_steps=all or "
                      "curriculum.p_tf_floor > 0 (the authors: 0.05)")
+  if kind == "lm":
+    stages.check_checkpoint(config.model)
 
 
 def _write_json(path: str, obj: dict) -> None:

@@ -91,6 +91,8 @@ def check_config(config) -> None:
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   stages.check_optim_config(config.optim)
   stages.check_sft_config(config.sft)
+  stages.check_rl_config(config.rl, rl_key="rl")
+  config.seeds = config_util.seed_list(config.seeds)
   retries = config.sft.get("env_retries", 3)
   if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
     raise ValueError(f"config `sft.env_retries` must be an integer >= 0 (replays of a gold episode the environment "
@@ -133,6 +135,7 @@ def check_config(config) -> None:
   if b < 1:
     raise ValueError("config `rl.tasks_per_step` and `rl.rollouts_per_task` must be >= 1")
   schedule.check_alpha(config.planpo.alpha_init, config.planpo.alpha_final, _decay_steps(config))
+  stages.check_checkpoint(config.model)
 
 
 def _decay_steps(config) -> int:

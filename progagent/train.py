@@ -97,6 +97,7 @@ def check_config(config) -> None:
   stages.check_model_config(config.model, config.get("mesh", None), model_key="model")
   stages.check_optim_config(config.optim)
   stages.check_sft_config(config.sft)
+  stages.check_rl_config(config.gspo, rl_key="gspo")
   if config.mode not in harness.MODES:
     raise ValueError(f"config.mode must be one of {harness.MODES}, got {config.mode!r}")
   if config.runtime not in RUNTIMES:
@@ -145,6 +146,7 @@ def check_config(config) -> None:
     if seen or not ev.seeds:
       raise ValueError(f"config `eval.seeds`={tuple(ev.seeds)} must be non-empty and held out, but seeds "
                        f"{sorted(seen)} are training seeds (sft.oracle_seeds, env.seed + GSPO step); choose others")
+  stages.check_checkpoint(config.model)
 
 
 def training_seeds(config) -> list[int]:

@@ -12,6 +12,7 @@ the whole path. A leaf must also be settable from the command line the way exper
 
 import functools
 import importlib
+import json
 import pathlib
 import re
 import subprocess
@@ -243,6 +244,62 @@ class UnknownOverrideTest(absltest.TestCase):
       c[node][leaf] = value
       with self.assertRaisesRegex(ValueError, re.escape(msg)):
         planpo_train.check_config(c)
+
+  def test_a_missing_config_file_or_variant_is_one_line(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    for config, msg in (("configs/nosuch.py:smoke", "no such config file; the configs are configs/phgpo_traject.py"),
+                        ("configs/planpo_twx.py:smok", "unknown config variant ['smok']; valid:")):
+      p = self._launch(f"--config={config}", f"--workdir={workdir}")
+      self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+      self.assertIn(f"FATAL --config={config}: ", p.stderr)
+      self.assertIn(msg, p.stderr)
+      self.assertNotIn("Traceback", p.stderr)
+    self.assertFalse(workdir.exists())
+
+  def test_bad_checkpoint_rl_and_seed_values_are_named_before_anything_is_written(self):
+    workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
+    p = self._launch("--config=configs/progagent.py:smoke", f"--workdir={workdir}",
+                     "--config.model.checkpoint=/nonexistent/qwen")
+    self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+    self.assertIn("FATAL config model.checkpoint '/nonexistent/qwen' is not a checkpoint directory", p.stderr)
+    self.assertNotIn("Traceback", p.stderr)
+    self.assertFalse(workdir.exists())
+    from configs import phgpo_traject, planpo_twx, progagent   # pylint: disable=import-outside-toplevel
+    from phgpo import train as phgpo_train   # pylint: disable=import-outside-toplevel
+    from planpo import train as planpo_train   # pylint: disable=import-outside-toplevel
+    from progagent import train as progagent_train   # pylint: disable=import-outside-toplevel
+    cases = [(planpo_twx.get_config("smoke"), planpo_train, "rl.learning_rate", -1e-3),
+             (planpo_twx.get_config("smoke"), planpo_train, "rl.steps", -1),
+             (planpo_twx.get_config("smoke"), planpo_train, "seeds", ("a", "b")),
+             (progagent.get_config("smoke"), progagent_train, "gspo.learning_rate", -1e-3),
+             (progagent.get_config("smoke"), progagent_train, "gspo.steps", -3),
+             (progagent.get_config("smoke"), progagent_train, "model.checkpoint", "tiny:nosuch"),
+             (phgpo_traject.get_config("smoke"), phgpo_train, "rl.learning_rate", -1e-3),
+             (phgpo_traject.get_config("smoke"), phgpo_train, "seeds", (0, 0))]
+    for c, trainer, key, value in cases:
+      with c.unlocked():
+        node = c
+        for part in key.split(".")[:-1]:
+          node = node[part]
+        node[key.split(".")[-1]] = value
+      with self.assertRaisesRegex(ValueError, re.escape(f"config {key}")):
+        trainer.check_config(c)
+
+  def test_a_workdir_holding_only_config_json_takes_a_new_config(self):
+    from configs import planpo_twx   # pylint: disable=import-outside-toplevel
+    from experiments import train as launcher   # pylint: disable=import-outside-toplevel
+    from planpo import train as planpo_train   # pylint: disable=import-outside-toplevel
+    workdir = self.create_tempdir().full_path
+    first, second = planpo_twx.get_config("smoke"), planpo_twx.get_config("smoke")
+    second.rl.learning_rate = 3e-4
+    launcher._check_same_config(workdir, first, planpo_train)   # a run that then failed before writing anything
+    launcher._check_same_config(workdir, second, planpo_train)  # taken over: nothing of the first run to keep
+    with open(pathlib.Path(workdir) / "config.json") as f:
+      self.assertEqual(json.load(f)["rl"]["learning_rate"], 3e-4)
+    (pathlib.Path(workdir) / "sft").mkdir()
+    (pathlib.Path(workdir) / "sft" / "metrics.jsonl").write_text("{}\n")   # now it holds a result
+    with self.assertRaisesRegex(ValueError, "holds checkpoints and results of a different config"):
+      launcher._check_same_config(workdir, first, planpo_train)
 
   def test_an_error_inside_the_config_file_keeps_its_traceback(self):
     d = pathlib.Path(self.create_tempdir().full_path)

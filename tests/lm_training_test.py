@@ -402,6 +402,7 @@ class ScaleConfigTest(absltest.TestCase):
     progagent_train.check_config(progagent_config.get_config('smoke'))   # the defaults pass
 
   def test_scale_keys_may_change_on_resume(self):
+    import os
     import shutil
     import tempfile
     from configs import progagent as progagent_config
@@ -409,6 +410,9 @@ class ScaleConfigTest(absltest.TestCase):
     d = tempfile.mkdtemp(prefix="scale_wd_")
     self.addCleanup(shutil.rmtree, d, True)
     launcher._check_same_config(d, progagent_config.get_config('smoke'))
+    os.makedirs(os.path.join(d, "sft"))
+    with open(os.path.join(d, "sft", "metrics.jsonl"), "w") as f:   # the run wrote something: a used workdir
+      f.write("{}\n")
     c = progagent_config.get_config('smoke')
     with c.unlocked():
       c.mesh.shape = (-1, 1, 1)

@@ -668,6 +668,65 @@ class RowsTest(parameterized.TestCase):
       ph.pheromone_rows(state, jnp.array([0]), None, **kw)
 
 
+class HotEdgesTest(absltest.TestCase):
+  """dependent_pheromone's hot_edges: ranking only each row's edges with the most evidence gives the same
+  numbers as ranking every edge, and a bound below what the bank needs is loud (NaN), never another selection."""
+
+  N, M, K, T = 40, 12, 3, 30
+
+  def _bank(self, seed):
+    rng = np.random.default_rng(seed)
+    n, m = self.N, self.M
+    task = np.full((n + 1, n, m), -1, np.int32)
+    for i in range(n + 1):
+      heavy = 7 if i == n else int(rng.integers(0, 3))
+      for r, j in enumerate(rng.choice(n, size=heavy + 3, replace=False)):
+        size = int(rng.integers(self.K + 1, m + 1)) if r < heavy else int(rng.integers(1, self.K + 1))
+        task[i, j, :size] = rng.choice(self.T, size=size, replace=False)
+    st = type("Bank", (), {})()
+    st.bank_task = jnp.asarray(task)
+    st.bank_score = jnp.asarray(-np.sort(-np.round(rng.random((n + 1, n, m)), 1), axis=-1), jnp.float32)
+    return st, rng
+
+  @pytest.mark.fast
+  def test_counts_and_bucket(self):
+    st, _ = self._bank(0)
+    counts = np.asarray(memory_bank.hot_edge_counts(st.bank_task, self.K))
+    want = ((np.asarray(st.bank_task) >= 0).sum(-1) > self.K).sum(-1)
+    np.testing.assert_array_equal(counts, want)
+    self.assertEqual(counts[self.N], 7)
+    self.assertEqual([memory_bank.hot_edge_bucket(c, 381) for c in (0, 3, 4, 5, 25, 200, 300)], [4, 4, 4, 8, 32, 256, None])
+    self.assertIsNone(memory_bank.hot_edge_bucket(5, 8))
+
+  @pytest.mark.fast
+  def test_ranking_hot_edges_equals_ranking_every_edge(self):
+    kw = dict(kappa=0.7, top_k_similar=self.K, sim_threshold=0.2, tau_min=0.05, tau_max=2.0,
+              dep_units="tau_range")
+    for seed in range(3):
+      st, rng = self._bank(seed)
+      counts = np.asarray(memory_bank.hot_edge_counts(st.bank_task, self.K))
+      sim = jnp.asarray(np.round(rng.random((9, self.T)), 1), jnp.float32)   # ties among similarities
+      for prev in (rng.integers(0, self.N, size=9), np.full(9, self.N), np.r_[rng.integers(0, self.N, 8), self.N]):
+        bound = memory_bank.hot_edge_bucket(int(counts[prev].max()), self.N)
+        self.assertIsNotNone(bound)
+        p = jnp.asarray(prev, jnp.int32)
+        got = jax.jit(lambda p, x: memory_bank.dependent_pheromone(st, p, x, hot_edges=bound, **kw))(p, sim)
+        want = jax.jit(lambda p, x: memory_bank.dependent_pheromone(st, p, x, **kw))(p, sim)
+        for a, b in zip(got, want):
+          np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+  @pytest.mark.fast
+  def test_a_bound_below_the_bank_is_nan(self):
+    st, rng = self._bank(1)
+    sim = jnp.asarray(np.ones((2, self.T)), jnp.float32)
+    prev = jnp.asarray([self.N, 0], jnp.int32)   # START has 7 edges over K, so a bound of 4 is too small
+    conf, _ = memory_bank.dependent_pheromone(st, prev, sim, kappa=1.0, top_k_similar=self.K, sim_threshold=0.0,
+                                              tau_min=0.05, tau_max=2.0, dep_units="tau_range", hot_edges=4)
+    conf = np.asarray(conf)
+    self.assertTrue(np.isnan(conf[0]).all())
+    self.assertFalse(np.isnan(conf[1]).any())
+
+
 class ShardingTest(parameterized.TestCase):
 
   @parameterized.parameters(jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto)

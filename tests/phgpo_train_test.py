@@ -286,6 +286,9 @@ class LauncherTest(absltest.TestCase):
     c = phgpo_traject.get_config("smoke")
     with open(os.path.join(d, "config.json"), "w") as f:
       f.write(c.to_json_best_effort())
+    os.makedirs(os.path.join(d, "random", "seed_0", "warmup"))
+    with open(os.path.join(d, "random", "seed_0", "warmup", "metrics.jsonl"), "w") as f:   # a used workdir
+      f.write("{}\n")
     out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + d, "--config.pheromone.rho=0.3")
     self.assertNotEqual(out.returncode, 0)
     self.assertIn("pheromone.rho: 0.05 -> 0.3", out.stderr)

@@ -107,7 +107,11 @@ class ConfigTest(absltest.TestCase):
         train.check_config(c)
 
   def test_shipped_configs_are_valid(self):
-    train.check_config(progagent_config.get_config())
+    c = progagent_config.get_config()   # the published setting: the user gives the checkpoint
+    with self.assertRaisesRegex(ValueError, "config model.checkpoint is empty"):
+      train.check_config(c)
+    c.model.checkpoint = "tiny:qwen2"
+    train.check_config(c)
     c = progagent_config.get_config("paradigms")
     train.check_config(c)
     self.assertEqual(tuple(c.paradigms.modes), ("dtc", "ptc", "hybrid"))

@@ -48,6 +48,26 @@ def tiny_checkpoint_path(family: str, *, corpus: Sequence[str], vocab_size: int,
   return str(root / f"tiny_{family}_{digest}")
 
 
+def check_checkpoint_spec(spec: str, *, config_key: str = "model.checkpoint") -> None:
+  """Checks a checkpoint spec without loading or writing anything (a trainer's check_config calls it before the
+  workdir is written): a local folder holding config.json, or 'tiny:<family>' of a known family.
+
+  Raises:
+    ValueError: empty spec, an unknown tiny family, or a folder without config.json (naming `config_key`).
+  """
+  if not spec:
+    raise ValueError(f"{config_key} is empty: give a local Hugging Face checkpoint directory (config.json, "
+                     "*.safetensors, tokenizer files), or 'tiny:qwen2' for a tiny random one made here")
+  if not spec.startswith(TINY_PREFIX):
+    if not os.path.isfile(os.path.join(spec, "config.json")):
+      raise ValueError(f"{config_key} {spec!r} is not a checkpoint directory (no config.json); give a local "
+                       "Hugging Face checkpoint folder, or 'tiny:qwen2' for a tiny random one made here")
+    return
+  family = spec[len(TINY_PREFIX):] or "qwen2"
+  if family not in TINY_FAMILIES:
+    raise ValueError(f"{config_key} {spec!r}: unknown tiny family {family!r}; valid: {TINY_FAMILIES}")
+
+
 def resolve_checkpoint(spec: str, *, corpus: Sequence[str] = (), cache_dir: str | None = None,
                        vocab_size: int = 400, chat_template: str | None = None,
                        config_key: str = "model.checkpoint", sizes: dict | None = None) -> str:
@@ -70,17 +90,10 @@ def resolve_checkpoint(spec: str, *, corpus: Sequence[str] = (), cache_dir: str 
     ValueError: empty spec (the message says how to set it), an unknown tiny family, or a folder without
       config.json.
   """
-  if not spec:
-    raise ValueError(f"{config_key} is empty: give a local Hugging Face checkpoint directory (config.json, "
-                     "*.safetensors, tokenizer files), or 'tiny:qwen2' for a tiny random one made here")
+  check_checkpoint_spec(spec, config_key=config_key)
   if not spec.startswith(TINY_PREFIX):
-    if not os.path.isfile(os.path.join(spec, "config.json")):
-      raise ValueError(f"{config_key} {spec!r} is not a checkpoint directory (no config.json); give a local "
-                       "Hugging Face checkpoint folder")
     return spec
   family = spec[len(TINY_PREFIX):] or "qwen2"
-  if family not in TINY_FAMILIES:
-    raise ValueError(f"{config_key} {spec!r}: unknown tiny family {family!r}; valid: {TINY_FAMILIES}")
   path = pathlib.Path(tiny_checkpoint_path(family, corpus=corpus, vocab_size=vocab_size, cache_dir=cache_dir,
                                            chat_template=chat_template, sizes=sizes))
   if not (path / "config.json").exists():

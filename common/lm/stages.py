@@ -183,13 +183,40 @@ def check_sft_config(sft: Any, *, sft_key: str = "sft") -> None:
                      f"give {sft_key}.epochs >= 1 or {sft_key}.steps >= 1")
 
 
+def check_checkpoint(model: Any, *, model_key: str = "model") -> None:
+  """`model.checkpoint` checked before anything is written, without loading it
+  (common.lm.checkpoints.check_checkpoint_spec: a folder holding config.json, or a known 'tiny:' family). The
+  trainers call it last in check_config: the published configs leave it empty for the user to give.
+
+  Raises:
+    ValueError naming the key and the fix.
+  """
+  lm_checkpoints.check_checkpoint_spec(str(config_util.get(model, "checkpoint", "")),
+                                       config_key=f"config {model_key}.checkpoint")
+
+
+def check_rl_config(rl: Any, *, rl_key: str) -> None:
+  """A method's RL node (PhGPO and PlanPO `rl`, ProgAgent `gspo`) checked before anything is written: steps an
+  integer >= 0, learning_rate > 0.
+
+  Raises:
+    ValueError naming the key, the value and the allowed values.
+  """
+  get = lambda k: config_util.get(rl, k, None)
+  for key, ok, want in (("steps", _is_int(get("steps")) and get("steps") >= 0, "an integer >= 0"),
+                        ("learning_rate", isinstance(get("learning_rate"), (int, float))
+                         and not isinstance(get("learning_rate"), bool) and get("learning_rate") > 0, "> 0")):
+    if not ok:
+      raise ValueError(f"config {rl_key}.{key}={get(key)!r} must be {want}")
+
+
 def _is_int(x) -> bool:
   return isinstance(x, int) and not isinstance(x, bool)
 
 
 def check_model_config(model: Any, mesh: Any, *, model_key: str = "model") -> None:
   """The `model` and `mesh` nodes' values checked before anything is written (common.lm.training.
-  check_scale_config), plus lora_rank >= 0.
+  check_scale_config), plus lora_rank >= 0. The checkpoint is `check_checkpoint`'s.
 
   Raises:
     ValueError naming the key, the allowed values and the fix.

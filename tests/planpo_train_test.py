@@ -332,6 +332,9 @@ class WorkdirSharingTest(absltest.TestCase):
     d = tempfile.mkdtemp(prefix="planpo_wd_")
     self.addCleanup(shutil.rmtree, d, True)
     launcher._check_same_config(d, planpo_twx.get_config("smoke"))
+    os.makedirs(os.path.join(d, "sft", "seed_0"))
+    with open(os.path.join(d, "sft", "seed_0", "metrics.jsonl"), "w") as f:   # the run wrote something
+      f.write("{}\n")
     launcher._check_same_config(d, planpo_twx.get_config("ablation,smoke"))   # runs, table, reference differ
     changed = planpo_twx.get_config("smoke")
     changed.rl.learning_rate = 0.5

@@ -70,6 +70,10 @@ class WindowConfig(NamedTuple):
     header: the first line of every prompt (names the environment).
     format_text: the closing instruction of every prompt (default FORMAT, verl-agent's ALFWorld wording; a
       shorter text keeps prompts short for small CPU models, e.g. configs/planpo_twx.py).
+    summary: show a one-line memory before the observation instead of (or beside) the history window:
+      "Your previous action: 'A'. Places visited so far: x, y." (the places from the env's 'location' in
+      episode_info and step info, in first-visit order; without it only the previous action). A few
+      dozen tokens where a history window of k observations costs k of them (configs/planpo_twx.py:explore).
   """
   history_length: int = 2
   invalid_action_penalty: float = 0.1
@@ -77,6 +81,7 @@ class WindowConfig(NamedTuple):
   max_admissible_actions: int = 200
   header: str = "You are an expert agent operating in a text-based environment."
   format_text: str = FORMAT
+  summary: bool = False
 
 
 def anchor_id(observation: str) -> int:
@@ -157,6 +162,12 @@ class WindowState:
   history: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   note: str | None = None         # the named error of the previous reply, shown before the observation
   last_info: dict = dataclasses.field(default_factory=dict)   # the last env step's info
+  visited: list[str] = dataclasses.field(default_factory=list)   # the env's 'location's, first-visit order
+
+  def visit(self, place) -> None:
+    """Records the env's 'location' (None or '' : unknown, ignored)."""
+    if place and str(place) not in self.visited:
+      self.visited.append(str(place))
 
 
 def start(reset_text: str, episode_info: dict | None) -> WindowState:
@@ -164,9 +175,11 @@ def start(reset_text: str, episode_info: dict | None) -> WindowState:
   if not episode_info:
     return WindowState(reset_text, reset_text, None)
   adm = episode_info.get("admissible_actions")
-  return WindowState(str(episode_info.get("instruction") or reset_text),
-                     str(episode_info.get("observation", reset_text)),
-                     None if adm is None else [str(a) for a in adm])
+  state = WindowState(str(episode_info.get("instruction") or reset_text),
+                      str(episode_info.get("observation", reset_text)),
+                      None if adm is None else [str(a) for a in adm])
+  state.visit(episode_info.get("location"))
+  return state
 
 
 def _actions_text(actions: Sequence[str], limit: int) -> str:
@@ -195,6 +208,10 @@ def render(state: WindowState, cfg: WindowConfig, clip: Callable[[str], str] = l
                      for j, (o, a) in enumerate(shown))
     lines.append(f"Prior to this step, you have already taken {step} step(s). Below are the most recent "
                  f"{len(shown)} observations and the corresponding actions you took:\n{hist}")
+  if cfg.summary:
+    prev = state.history[-1][1] if state.history else "none"
+    places = f" Places visited so far: {', '.join(state.visited)}." if state.visited else ""
+    lines.append(f"Your previous action: '{prev}'.{places}")
   if state.note:
     lines.append(f"Your previous response was invalid: {state.note}")
   lines.append(f"You are now at step {step + 1} and your current observation is: {clip(state.observation)}")
@@ -251,6 +268,7 @@ def on_step(turn: WindowTurn, state: WindowState, status: str, observation: str,
   state.admissible = None if adm is None else [str(a) for a in adm]
   state.note = None
   state.last_info = info
+  state.visit(info.get("location"))
 
 
 def _set_invalid(turn: WindowTurn, invalid: bool, cfg: WindowConfig) -> None:

@@ -23,6 +23,9 @@ Not a config itself (no `get_config`). Keys:
   sft.harmless_actions   the detour actions of the SFT data (valid, unneeded); sft.move_detours: also a move
                     and the move back (TextWorldExpress 'move <dir>' only). sft.env_retries: a gold replay the
                     environment fails (crash, timeout) is played again from the same random state this many times.
+  rl.turn_penalty   a cost per turn (reward units) in every method's return, beside the invalid-action penalty
+                    `rollout.window.invalid_action_penalty` (one rule: planpo/advantages.py); 0 by default, 0.1 in
+                    the 'grpo_turn_penalty' row (GRPO + an unconditional length penalty).
   planpo.alpha_decay_steps  alpha(k)'s decay length; 0: rl.steps. planpo.alpha_constant: alpha(k) = alpha_init.
   model.*, optim.*, mesh.*   the policy, its optimizer and the device mesh (configs/schema.py, the same keys in
                     every method; model.checkpoint 'tiny:qwen2' is a tiny random checkpoint trained from scratch).
@@ -33,6 +36,15 @@ Not a config itself (no `get_config`). Keys:
                     mode re-renders each prompt, so only the common prefix is reused); False: full re-prefill.
                     rollout.kv_cache_max_gb: reuse is turned off (with a warning) above this cache size.
   stats.*           paired bootstrap of the differences against `reference` (scipy.stats.bootstrap, BCa).
+  gate.*            the regime gate printed before any RL (planpo.train.regime_gate): split '' = none; else the
+                    SFT policy on `gate.tasks` games of that split must reach success >= `gate.min_success` with
+                    turns among successes >= `gate.min_turn_ratio` x the scripted `gate.reference`'s, or the run
+                    stops (common.lm.stages.RegimeGateFailed).
+  primary.*         the primary cell, named before the run: d turns among successes, `primary.run` -
+                    `primary.reference`, with success non-inferior by `primary.success_margin` (planpo.tables.primary;
+                    run '' = none).
+  sft.source        'gold' (planpo.data: gold paths with detours) or 'explorers' (planpo.explorers: the wins of
+                    oracle-free scripted explorers `sft.explorers`, `sft.explorer_rollouts` episodes per task each).
 The published PlanPO / GiGPO settings (SPEC.md) are the defaults of `planpo.*` / `gigpo.*`.
 """
 
@@ -50,6 +62,7 @@ def variants() -> dict:
   """The RL runs by name: the three methods and the paper's four PlanPO ablations (SPEC.md, PlanPO)."""
   return {
       "grpo": {"method": "grpo"},
+      "grpo_turn_penalty": {"method": "grpo", "rl": {"turn_penalty": 0.1}},   # unconditional: R - 0.1 T_i
       "gigpo": {"method": "gigpo"},
       "planpo": {"method": "planpo"},
       "planpo_no_ae": {"method": "planpo", "planpo": {"use_episode": False}},     # A = alpha(k) A_S
@@ -81,15 +94,19 @@ def base_config() -> ml_collections.ConfigDict:
   c.sft = schema.sft_config(epochs=8, batch_size=32, learning_rate=3e-3,
                             extra=dict(detour_prob=0.35, max_detours=3, think_min_sentences=0, think_max_sentences=4,
                                        harmless_actions=("look around", "inventory"), move_detours=False,
-                                       shared=True, env_retries=3))
+                                       shared=True, env_retries=3, source="gold",
+                                       explorers=("random", "memory_walk"), explorer_rollouts=1))
   c.rl = dict(steps=30, tasks_per_step=4, rollouts_per_task=8, learning_rate=1e-4, temperature=1.0, eval_temperature=1.0,
-              eval_samples=1, minibatches=2, micro_batch_size=32, old_logprobs="sampler", reward_scale=10.0)
+              eval_samples=1, minibatches=2, micro_batch_size=32, old_logprobs="sampler", reward_scale=10.0,
+              turn_penalty=0.0)
   c.planpo = dict(step_grouping="turn", stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
                   use_episode=True, alpha_constant=False, alpha_init=0.1, alpha_final=0.05, alpha_decay_steps=0,
                   ratio="token",
                   clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode="token_mean")
   c.gigpo = dict(gamma=0.95, step_weight=1.0, norm="std", stats_over="turns", eps=1e-6, ddof=1)
   c.stats = dict(resamples=10000, confidence=0.95, method="BCa")
+  c.gate = dict(split="", tasks=64, min_success=0.6, min_turn_ratio=1.5, reference="depth_first")
+  c.primary = dict(run="", reference="grpo", success_margin=0.05)
   c.checkpoint = dict(every=5, max_to_keep=2)
   c.logging = dict(every=1, tensorboard=True)
   return c

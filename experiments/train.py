@@ -26,6 +26,7 @@ from ml_collections import config_flags
 
 from common import config_util
 from common import distributed
+from common.lm import stages
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results go.")
@@ -151,7 +152,11 @@ def main(argv):
   except ValueError as e:   # a bad value, or a workdir of another config: one line, not a traceback
     sys.exit(f"FATAL {e}")
   kwargs = {"progress": _PROGRESS.value} if "progress" in inspect.signature(trainer.run).parameters else {}
-  trainer.run(config, workdir, **kwargs)
+  try:
+    trainer.run(config, workdir, **kwargs)
+  except stages.RegimeGateFailed as e:   # printed before any RL: the rows would be read in the wrong regime
+    print(f"STOPPED {e}", file=sys.stderr, flush=True)
+    sys.exit(3)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

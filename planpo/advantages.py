@@ -28,6 +28,20 @@ Choices the paper leaves open, and the config keys that change them (defaults fi
     framework counts active turns;
   - L_{i,t}: the policy's own tokens only (never prompt, observation or template tokens); a row with
     L <= 0 is left out of the A_S groups and gets A_S = 0.
+  - the invalid-action penalty and any per-turn cost (not in the paper's equations; verl-agent subtracts its
+    invalid_action_penalty_coef from the step reward). One rule for every method, so GRPO, GiGPO, PlanPO and
+    the ablations are compared on the same returns (`return_penalties`, planpo.train.compute_advantages):
+      episode level   the rollout's return is R_i - P_i, P_i = sum_t p_{i,t} (its turns' penalties); in
+                      R_E the success indicator keeps its place: R_E = (1[i in G_x] R_i - P_i) / T_i;
+      response level  an invalid response earns no share of the outcome and pays its own penalty:
+                      R_S(a_{i,t}) = 1[i in G_x and a_{i,t} valid] R_i / L_{i,t} - p_{i,t}
+                      (GiGPO's step reward is likewise env reward - p_{i,t}).
+    So an empty invalid reply (L = 1, the largest R / L of a success) never gets the top A_S of its turn
+    group. Config keys `rollout.window.invalid_action_penalty` (p per invalid turn, reward units; 0: off,
+    the invalid flag still zeroes the outcome share) and `rl.turn_penalty` (a cost per turn added to every
+    p_{i,t}: the unconditional length penalty of the 'grpo_turn_penalty' row; default 0). Without
+    `penalties` / `invalid` (the defaults) every function is the paper's equation, as verified against
+    verl-agent.
   - the published ablation "unconditional length shaping" (config key `planpo.conditional` = False;
     the paper gives no formula, so this is our definition): the outcome and the length terms are
     normalised separately and over every rollout, A_E = GRPO(R) + GRPO(1 / T_i), and R_S = 1 / L_{i,t}
@@ -46,7 +60,7 @@ import jax.numpy as jnp
 from common import estimators
 from common import gigpo
 from common.rows import (as_valid, check_choice, check_int, check_range, check_rows, float_dtype, gather,
-                         safe_div)
+                         safe_div, segment_sum)
 
 STEP_GROUPINGS = ("turn", "success")
 
@@ -71,13 +85,65 @@ def _checks(rewards, success, lengths, group_ids, rollout_ids, turn_ids, mask, n
   check_range("turn_ids", turn_ids, max_turns)
 
 
+def _penalty_rows(penalties, like, valid):
+  """p_{i,t} per row (f32[R], 0 at masked rows; None: zeros)."""
+  dtype = float_dtype(like)
+  if penalties is None:
+    return jnp.zeros(jnp.shape(like), dtype)
+  chex.assert_equal_shape([like, penalties])
+  return jnp.where(valid, jnp.asarray(penalties, dtype), 0.0)
+
+
+def rollout_penalties(penalties, rollout_ids, *, num_rollouts, mask=None):
+  """P_i = sum_t p_{i,t}, the rollout's total penalty, on each of its rows (module docstring, the rule).
+
+  Args:
+    penalties: f32[R] p_{i,t} per turn row (reward units; masked entries may hold NaN).
+    rollout_ids: i32[R] in [0, num_rollouts).
+    num_rollouts: static int.
+    mask: optional bool[R].
+
+  Returns:
+    f32[R] P_i of the row's rollout (reward units), 0 at masked rows.
+  """
+  valid = as_valid(mask, penalties)
+  p = _penalty_rows(penalties, penalties, valid)
+  return jnp.where(valid, gather(segment_sum(p, rollout_ids, num_rollouts), rollout_ids), 0.0)
+
+
+def return_penalties(rewards, penalties, rollout_ids, *, num_rollouts, mask=None):
+  """The episode return every method trains on: R_i - P_i per row (module docstring, the rule).
+
+  Source: our rule (the paper's equations have no penalty; verl-agent subtracts the invalid-action penalty
+  from the step reward). Config keys `rollout.window.invalid_action_penalty`, `rl.turn_penalty`.
+
+  Args:
+    rewards: f32[R] the rollout's outcome reward R_i on each of its rows.
+    penalties: f32[R] p_{i,t} per row (None: zeros, returns rewards).
+    rollout_ids: i32[R] in [0, num_rollouts).
+    num_rollouts: static int.
+    mask: optional bool[R]. Masked entries may hold NaN or inf.
+
+  Returns:
+    f32[R] R_i - P_i (reward units), 0 at masked rows.
+  """
+  dtype = float_dtype(rewards)
+  valid = as_valid(mask, rewards)
+  r = jnp.where(valid, jnp.asarray(rewards, dtype), 0.0)
+  if penalties is None:
+    return r
+  return r - rollout_penalties(penalties, rollout_ids, num_rollouts=num_rollouts, mask=valid)
+
+
 def _flag(x):
   x = jnp.asarray(x)
   return x if x.dtype == jnp.bool_ else x != 0
 
 
-def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, conditional=True):
-  """R_E of every row's rollout: 1[success] R / T_i, T_i = the rollout's number of real turn rows.
+def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, conditional=True,
+                    penalties=None):
+  """R_E of every row's rollout: (1[success] R - P_i) / T_i, T_i = the rollout's number of real turn rows,
+  P_i = the rollout's total penalty (0 without `penalties`: the paper's 1[success] R / T_i).
 
   Source: SPEC.md "PlanPO" (trajectory level). Config key `planpo.conditional` (False: 1 / T_i for
   every rollout, the length term of the unconditional ablation).
@@ -89,6 +155,7 @@ def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, c
     num_rollouts: static int.
     mask: optional bool[R]. Masked entries of rewards may hold NaN or inf.
     conditional: static bool.
+    penalties: optional f32[R] p_{i,t} per row (module docstring, the rule).
 
   Returns:
     f32[R] R_E per row (reward units per turn), 0 at masked rows.
@@ -102,13 +169,16 @@ def episode_rewards(rewards, success, rollout_ids, *, num_rollouts, mask=None, c
     num = jnp.where(valid & _flag(success), jnp.asarray(rewards, dtype), 0.0)
   else:
     num = jnp.where(valid, 1.0, 0.0).astype(dtype)
+  if conditional and penalties is not None:
+    num = num - rollout_penalties(penalties, rollout_ids, num_rollouts=num_rollouts, mask=valid)
   return jnp.where(valid, safe_div(num, t_i), 0.0)
 
 
 def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_groups, num_rollouts,
                           mask=None, stats_over="rollouts", norm="std", eps=1e-6, ddof=1,
-                          conditional=True):
-  """A_E: R_E = 1[i in G_x] R(tau_i) / T_i normalised over the task's rollouts.
+                          conditional=True, penalties=None):
+  """A_E: R_E = (1[i in G_x] R(tau_i) - P_i) / T_i normalised over the task's rollouts (P_i = 0 without
+  `penalties`: the paper's R_E).
 
   A_E(tau_i) = (R_E(tau_i) - mean_x R_E) / F_norm, F_norm = std_x + eps (norm 'std') or 1 ('none');
   statistics over the task's rollouts ('rollouts') or its turn rows ('turns'). A task whose rollouts
@@ -122,6 +192,8 @@ def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_group
     num_groups, num_rollouts: static ints.
     mask: optional bool[R].
     stats_over, norm, eps, ddof, conditional: as above (static except eps).
+    penalties: optional f32[R] p_{i,t} per row (module docstring, the rule; unconditional: the outcome
+      term is GRPO(R - P)).
 
   Returns:
     f32[R] A_E per row (dimensionless for norm 'std'), 0 at masked rows.
@@ -135,17 +207,19 @@ def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_group
   check_choice("stats_over", stats_over, gigpo.STATS_OVER, "planpo.stats_over")
   check_choice("norm", norm, gigpo.NORMS, "planpo.norm")
   r_e = episode_rewards(rewards, success, rollout_ids, num_rollouts=num_rollouts, mask=mask,
-                        conditional=conditional)
+                        conditional=conditional, penalties=penalties)
   a_e = gigpo.episode_advantages(r_e, group_ids, rollout_ids, **kw)
   if not conditional:
-    a_e = a_e + gigpo.episode_advantages(rewards, group_ids, rollout_ids, **kw)
+    ret = return_penalties(rewards, penalties, rollout_ids, num_rollouts=num_rollouts, mask=mask)
+    a_e = a_e + gigpo.episode_advantages(ret, group_ids, rollout_ids, **kw)
   return a_e
 
 
 def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_groups, max_turns,
                         mask=None, step_grouping="turn", norm="std", eps=1e-6, ddof=1,
-                        conditional=True):
-  """A_S: R_S = 1[i in G_x] R(tau_i) / L_{i,t} normalised within the response groups.
+                        conditional=True, invalid=None, penalties=None):
+  """A_S: R_S = 1[i in G_x, a_{i,t} valid] R(tau_i) / L_{i,t} - p_{i,t} normalised within the response groups
+  (every response valid and p = 0 without `invalid` / `penalties`: the paper's R_S).
 
   step_grouping 'turn' (Eq. 4): one group per (task, turn index t) holding every rollout still active
     at t; failures are members with R_S = 0, so they sit below every success at that turn. A turn
@@ -163,6 +237,8 @@ def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_g
     num_groups, max_turns: static ints.
     mask: optional bool[R].
     step_grouping, norm, eps, ddof, conditional: as above (static except eps).
+    invalid: optional bool[R] the response was invalid (unreadable or not admissible): no outcome share.
+    penalties: optional f32[R] p_{i,t} per row (module docstring, the rule).
 
   Returns:
     f32[R] A_S per row, 0 at masked rows.
@@ -190,7 +266,12 @@ def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_g
     member = member & ok
     gid, num = group_ids, num_groups
   numer = jnp.asarray(rewards, dtype) if conditional else jnp.ones(jnp.shape(length), dtype)
-  r_s = jnp.where(member & ok, safe_div(jnp.where(member & ok, numer, 0.0), length), 0.0)
+  earns = member & ok
+  if invalid is not None:
+    chex.assert_equal_shape([rewards, invalid])
+    earns = earns & ~_flag(invalid)
+  r_s = jnp.where(earns, safe_div(jnp.where(earns, numer, 0.0), length), 0.0)
+  r_s = r_s - _penalty_rows(penalties, rewards, member)
   if norm == "std":
     return estimators.grpo_advantages(r_s, gid, num_groups=num, mask=member, eps=eps, ddof=ddof)
   return estimators.drgrpo_advantages(r_s, gid, num_groups=num, mask=member)
@@ -198,7 +279,8 @@ def response_advantages(rewards, success, lengths, group_ids, turn_ids, *, num_g
 
 def planpo_advantages(rewards, success, lengths, group_ids, rollout_ids, turn_ids, *, num_groups,
                       num_rollouts, max_turns, alpha, mask=None, step_grouping="turn",
-                      stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True):
+                      stats_over="rollouts", norm="std", eps=1e-6, ddof=1, conditional=True,
+                      invalid=None, penalties=None):
   """PlanPO token advantage of every turn row: A = A_E + alpha(k) A_S.
 
   A_E: `trajectory_advantages`; A_S: `response_advantages`; alpha = alpha(k) from
@@ -219,6 +301,8 @@ def planpo_advantages(rewards, success, lengths, group_ids, rollout_ids, turn_id
     alpha: f32[] or float, the weight of A_S (may be traced).
     mask: optional bool[R] real rows.
     step_grouping, stats_over, norm, eps, ddof, conditional: see the module docstring.
+    invalid: optional bool[R] invalid responses; penalties: optional f32[R] p_{i,t} per row (reward units).
+      Both enter by the module docstring's rule; None: the paper's equations.
 
   Returns:
     PlanPOAdvantages(advantages, episode, step), each f32[R], 0 at masked rows.
@@ -231,9 +315,10 @@ def planpo_advantages(rewards, success, lengths, group_ids, rollout_ids, turn_id
           num_rollouts, max_turns)
   a_e = trajectory_advantages(rewards, success, group_ids, rollout_ids, num_groups=num_groups,
                               num_rollouts=num_rollouts, mask=mask, stats_over=stats_over,
-                              norm=norm, eps=eps, ddof=ddof, conditional=conditional)
+                              norm=norm, eps=eps, ddof=ddof, conditional=conditional, penalties=penalties)
   a_s = response_advantages(rewards, success, lengths, group_ids, turn_ids, num_groups=num_groups,
                             max_turns=max_turns, mask=mask, step_grouping=step_grouping, norm=norm,
-                            eps=eps, ddof=ddof, conditional=conditional)
+                            eps=eps, ddof=ddof, conditional=conditional, invalid=invalid,
+                            penalties=penalties)
   alpha = jnp.asarray(alpha, a_e.dtype)
   return PlanPOAdvantages(advantages=a_e + alpha * a_s, episode=a_e, step=a_s)

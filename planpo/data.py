@@ -1,4 +1,9 @@
-"""PlanPO's SFT data: the environment's gold trajectories made wasteful, played by the rollout driver.
+"""PlanPO's SFT data: the environment's gold trajectories made wasteful, or scripted explorers' wins.
+
+Two sources (config key `sft.source`): 'gold' (this module, below) and 'explorers' (planpo/explorers.py: the
+successful episodes of oracle-free scripted walks, `sft.explorers`, `sft.explorer_rollouts` per task; the
+explorer regime of configs/planpo_twx.py:explore, where a hindsight path to an unseen coin would teach a
+privileged policy). `sft_episodes` dispatches.
 
   corpus = tokenizer_corpus(gold_episodes(pool, task_ids, config=config, seed=0))   # text only
   episodes = gold_episodes(pool, task_ids, config=config, seed=s, chat=policy.chat)
@@ -239,6 +244,24 @@ def gold_episodes(pool, task_ids: Sequence[str], *, config, seed: int, chat=None
       continue
     out.append(ep)
   return out
+
+
+SOURCES = ("gold", "explorers")
+
+
+def sft_episodes(pool, task_ids: Sequence[str], *, config, seed: int, chat=None) -> list[list[EpisodeTurn]]:
+  """The SFT episodes of `sft.source`: 'gold' (gold_episodes) or 'explorers' (planpo.explorers.explorer_episodes).
+
+  Raises:
+    ValueError: an unknown `sft.source`.
+  """
+  source = str(config.sft.get("source", "gold"))
+  if source == "gold":
+    return gold_episodes(pool, task_ids, config=config, seed=seed, chat=chat)
+  if source == "explorers":
+    from planpo import explorers  # pylint: disable=g-import-not-at-top
+    return explorers.explorer_episodes(pool, task_ids, config=config, seed=seed, chat=chat)
+  raise ValueError(f"config `sft.source` must be one of {SOURCES}, got {source!r}")
 
 
 def tokenizer_corpus(episodes: Sequence[Sequence[EpisodeTurn]]) -> list[str]:

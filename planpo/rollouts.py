@@ -108,10 +108,13 @@ def make_pool(config, num_workers: int | None = None) -> env_pool.WorkerPool:
 
 def task_requests(config) -> list[tuple[str, list[str] | None, int]]:
   """(split, games, limit) of every task_ids query the trainer makes: the training split, then each held-out
-  split of `env.eval_splits` (what `env.prepare` readies before the sandboxed workers start)."""
+  split of `env.eval_splits`, then the regime gate's split (`gate.split`, when set): what `env.prepare` readies
+  before the sandboxed workers start."""
   games = list(config.env.games) if config.env.games else None
+  gate = config.get("gate", None)
+  extra = [(str(gate.split), games, int(gate.tasks))] if gate is not None and gate.get("split", "") else []
   return ([(str(config.env.train_split), games, int(config.env.train_tasks))]
-          + [(str(s), games, int(config.env.eval_tasks)) for s in dict(config.env.eval_splits).values()])
+          + [(str(s), games, int(config.env.eval_tasks)) for s in dict(config.env.eval_splits).values()] + extra)
 
 
 def task_ids(worker, config, split: str, count: int) -> list[str]:
@@ -209,12 +212,14 @@ def episode_record(t: win_lib.WindowTrajectory) -> dict[str, Any]:
 def episode_metrics(trajs: Sequence[win_lib.WindowTrajectory]) -> dict[str, float]:
   """Means over rollouts: success, score (final info['reward'] in [0, 1]), turns, response_tokens (policy
   tokens per response, over all responses), episode_tokens (policy tokens per rollout), invalid (invalid
-  actions per turn)."""
+  actions per turn), turns_success (turns among the successful rollouts; NaN when none succeeded)."""
   succ = [float(t.success) for t in trajs]
   score = [float(min(max(float(t.final_info.get("reward", 0.0)), 0.0), 1.0)) for t in trajs]
   turns = [t.num_turns for t in trajs]
   resp = [tn.policy_tokens for t in trajs for tn in t.turns]
   inv = [float(tn.invalid) for t in trajs for tn in t.turns]
   mean = lambda x: float(np.mean(x)) if x else 0.0
+  won = [t.num_turns for t in trajs if t.success]
   return {"success": mean(succ), "score": mean(score), "turns": mean(turns), "response_tokens": mean(resp),
-          "episode_tokens": mean([sum(tn.policy_tokens for tn in t.turns) for t in trajs]), "invalid": mean(inv)}
+          "episode_tokens": mean([sum(tn.policy_tokens for tn in t.turns) for t in trajs]), "invalid": mean(inv),
+          "turns_success": float(np.mean(won)) if won else float("nan")}

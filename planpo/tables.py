@@ -14,17 +14,34 @@ import numpy as np
 from common import metric_writer
 from common import stats
 
-METRICS = ("success", "score", "turns", "response_tokens")
+METRICS = ("success", "score", "turns", "response_tokens", "turns_success")
+# turns_success: turns among successful rollouts only (the quantity PlanPO claims to cut at no loss of success).
 
 # The main table: the no-training baseline, the SFT policy and the three methods (issue 10, SPEC.md PlanPO).
 MAIN_RUNS = ("random", "sft", "grpo", "gigpo", "planpo")
 # The paper's ablation table: full PlanPO against its four ablations, with the SFT policy as the floor.
 ABLATION_RUNS = ("sft", "planpo", "planpo_no_ae", "planpo_no_as", "planpo_unconditional", "planpo_constant_alpha")
-TABLE_RUNS = {"main": MAIN_RUNS, "ablation": ABLATION_RUNS}
+# The explorer regime (issue 25): the no-training rows (uniform random, the depth-first explorer), SFT, the three
+# methods, GRPO with an unconditional per-turn penalty, and PlanPO without A_E / without A_S.
+EXPLORE_RUNS = ("random", "depth_first", "sft", "grpo", "gigpo", "grpo_turn_penalty", "planpo", "planpo_no_ae",
+                "planpo_no_as")
+TABLE_RUNS = {"main": MAIN_RUNS, "ablation": ABLATION_RUNS, "explore": EXPLORE_RUNS}
+SCRIPTED_RUNS = ("random", "depth_first")   # no training: scripted policies (planpo.train.scripted_policy)
+
+
+def _values(episodes, metric) -> list[float]:
+  """The per-rollout values of `metric` (turns_success: the turns of the successful rollouts only)."""
+  if metric == "turns_success":
+    return [float(e["turns"]) for e in episodes if e["success"]]
+  return [float(e[metric]) for e in episodes]
 
 
 def _seed_means(results, run, label, metric) -> list[float]:
-  return [float(np.mean([e[metric] for e in results[run][s][label]["episodes"]])) for s in sorted(results[run])]
+  out = []
+  for s in sorted(results[run]):
+    v = _values(results[run][s][label]["episodes"], metric)
+    out.append(float(np.mean(v)) if v else float("nan"))
+  return out
 
 
 def paired(config, results: dict, run: str, ref: str, label: str, metric: str) -> stats.PairedDifference:
@@ -34,9 +51,14 @@ def paired(config, results: dict, run: str, ref: str, label: str, metric: str) -
   tasks for these trained policies, not the variance of training under other seeds (3 seeds are too few to
   resample; the per-seed means are in the JSON).
 
+  turns_success (turns among successes): each task's mean turns over its successful rollouts (every seed) of
+  `run` minus that of `ref`, over the tasks where both have a success (`n` says how many).
+
   Raises:
     ValueError: the two runs did not evaluate the same (seed, task, rollout) units in the same order.
   """
+  if metric == "turns_success":
+    return _paired_successes(config, results, run, ref, label)
   per_task: dict[str, list[float]] = {}
   for s in sorted(results[ref]):
     a, b = results[run][s][label]["episodes"], results[ref][s][label]["episodes"]
@@ -50,6 +72,46 @@ def paired(config, results: dict, run: str, ref: str, label: str, metric: str) -
   st = config.stats
   return stats.paired_difference(d, np.zeros_like(d), confidence=float(st.confidence), resamples=int(st.resamples),
                                  method=str(st.method))
+
+
+def _paired_successes(config, results, run, ref, label) -> stats.PairedDifference:
+  turns: dict[str, tuple[list, list]] = {}
+  for s in sorted(results[ref]):
+    for which, r in ((0, run), (1, ref)):
+      for e in results[r][s][label]["episodes"]:
+        t = turns.setdefault(e["task_id"], ([], []))
+        if e["success"]:
+          t[which].append(float(e["turns"]))
+  d = np.asarray([np.mean(a) - np.mean(b) for a, b in turns.values() if a and b])
+  st = config.stats
+  if d.size == 0:
+    nan = float("nan")
+    return stats.PairedDifference(nan, nan, nan, 0)   # no task with a success in both runs
+  return stats.paired_difference(d, np.zeros_like(d), confidence=float(st.confidence), resamples=int(st.resamples),
+                                 method=str(st.method))
+
+
+def primary(config, results: dict, label: str) -> str | None:
+  """The primary cell named before the run (config `primary`: run, reference, success_margin): d turns among
+  successes (run - reference) with its interval, d success with its interval, and the verdict: the run cut
+  turns at no loss of success when the turns interval lies below 0 and the success interval's low end is above
+  -success_margin (non-inferiority)."""
+  p = config.get("primary", None)
+  if not p or p.get("run", "") not in results or p.get("reference", "") not in results:
+    return None
+  dt = paired(config, results, p.run, p.reference, label, "turns_success")
+  ds = paired(config, results, p.run, p.reference, label, "success")
+  dr = paired(config, results, p.run, p.reference, label, "response_tokens")
+  margin = float(p.success_margin)
+  shorter, kept = dt.high < 0, ds.low >= -margin
+  verdict = ("cut turns among successes at no loss of success" if shorter and kept else
+             "cut turns among successes, but success may have dropped by more than the margin" if shorter else
+             "did not cut turns among successes (interval reaches 0 or above)")
+  return (f"PRIMARY (named before the run): {p.run} - {p.reference} on '{label}': d turns among successes "
+          f"{dt.mean:+.3f} [{dt.low:+.3f}, {dt.high:+.3f}] over {dt.n} tasks with successes in both; d success "
+          f"{ds.mean:+.3f} [{ds.low:+.3f}, {ds.high:+.3f}] (margin -{margin:.2f}: "
+          f"{'non-inferior' if kept else 'NOT shown non-inferior'}); d reply tokens {dr.mean:+.3f} "
+          f"[{dr.low:+.3f}, {dr.high:+.3f}]. {p.run} {verdict}.")
 
 
 def report(config, results: dict, types: dict[str, str]) -> str:
@@ -88,7 +150,7 @@ def report(config, results: dict, types: dict[str, str]) -> str:
           continue
         cells = []
         for m in METRICS:
-          if run == "random" and m == "response_tokens":   # a fixed scripted reply: not comparable
+          if run in SCRIPTED_RUNS and m == "response_tokens":   # a fixed scripted reply: not comparable
             cells.append("n/a")
             continue
           d = paired(config, results, run, ref, label, m)
@@ -105,6 +167,9 @@ def report(config, results: dict, types: dict[str, str]) -> str:
           es = [e for s in seeds for e in results[run][s][label]["episodes"] if types.get(e["task_id"], "?") == k]
           cells.append(f"{np.mean([e['success'] for e in es]):.3f} / {np.mean([e['turns'] for e in es]):5.2f}")
         out.append(f"{run:<22}" + "".join(f"{c:>26}" for c in cells))
+    line = primary(config, results, label)
+    if line:
+      out += ["", line]
   return "\n".join(out).lstrip("\n")
 
 
@@ -144,7 +209,7 @@ def plot(workdir: str, config, tag: str = "main") -> str | None:
   for seed in config.seeds:
     for run in config.runs:
       p = os.path.join(workdir, f"seed_{seed}", run, "metrics.jsonl")
-      if run not in ("random", "sft") and os.path.exists(p):
+      if run not in SCRIPTED_RUNS + ("sft",) and os.path.exists(p):
         series[f"{run} s{seed}"] = p
   if not series:
     return None

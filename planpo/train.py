@@ -80,7 +80,7 @@ RL_METHODS = ("grpo", "gigpo", "planpo")
 # what it computes (a workdir may resume with other values), and keys that only choose and summarise the runs
 # a table reports (a workdir is shared by the main and ablation tables: runs are folders named by run).
 RESUME_FREE = stages.SCALE_KEYS + ("rollout.kv_reuse", "rollout.kv_cache_max_gb")
-REPORT_ONLY = ("runs", "table", "reference", "stats.")
+REPORT_ONLY = ("runs", "table", "reference", "stats.", "gate.", "primary", "precheck.")
 
 
 def check_config(config) -> None:
@@ -99,16 +99,33 @@ def check_config(config) -> None:
                      f"failed), got {retries!r}")
   if config.rl.get("old_logprobs", "recompute") not in ("recompute", "sampler"):
     raise ValueError(f"config `rl.old_logprobs` must be 'recompute' or 'sampler', got {config.rl.old_logprobs!r}")
+  tp = config.rl.get("turn_penalty", 0.0)
+  if isinstance(tp, bool) or not isinstance(tp, (int, float)) or not float(tp) >= 0.0:
+    raise ValueError(f"config `rl.turn_penalty` must be a number >= 0 (reward units per turn; 0: off), got {tp!r}")
   if int(config.rl.get("micro_batch_size", 32)) < 1:
     raise ValueError(f"config `rl.micro_batch_size` must be >= 1 (rows per RL micro-batch and per scoring chunk), got "
                      f"{config.rl.micro_batch_size!r}")
   config.runs = config_util.split_commas(config.runs)
-  bad = [r for r in config.runs if r not in ("random", "sft") and r not in config.variants]
+  fixed = tables.SCRIPTED_RUNS + ("sft",)
+  bad = [r for r in config.runs if r not in fixed and r not in config.variants]
   if bad:
-    raise ValueError(f"config `runs` holds unknown runs {bad}; valid: 'random', 'sft' and the keys of `variants` "
-                     f"({sorted(config.variants)})")
+    raise ValueError(f"config `runs` holds unknown runs {bad}; valid: {', '.join(repr(r) for r in fixed)} and the "
+                     f"keys of `variants` ({sorted(config.variants)})")
+  source = config.sft.get("source", "gold")
+  if source not in data.SOURCES:
+    raise ValueError(f"config `sft.source` must be one of {data.SOURCES}, got {source!r}")
+  if source == "explorers":
+    from planpo import explorers  # pylint: disable=g-import-not-at-top
+    kinds = config_util.split_commas(config.sft.get("explorers", ("random", "memory_walk")))
+    if not kinds or any(k not in explorers.EXPLORERS for k in kinds):
+      raise ValueError(f"config `sft.explorers` must name explorers of {explorers.EXPLORERS}, got {kinds!r}")
+    k = config.sft.get("explorer_rollouts", 1)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+      raise ValueError(f"config `sft.explorer_rollouts` must be an integer >= 1 (episodes per task and explorer), "
+                       f"got {k!r}")
+  check_gate(config)
   for r in config.runs:
-    if r not in ("random", "sft"):
+    if r not in fixed:
       _, rc = run_config(config, r)
       try:
         schedule.check_alpha(rc.planpo.alpha_init, rc.planpo.alpha_final, _decay_steps(rc))
@@ -136,6 +153,25 @@ def check_config(config) -> None:
     raise ValueError("config `rl.tasks_per_step` and `rl.rollouts_per_task` must be >= 1")
   schedule.check_alpha(config.planpo.alpha_init, config.planpo.alpha_final, _decay_steps(config))
   stages.check_checkpoint(config.model)
+
+
+def check_gate(config) -> None:
+  """Checks config `gate` (planpo.train.regime_gate): split '' (no gate) or a split of the env, tasks >= 1,
+  min_success in [0, 1], min_turn_ratio >= 0, reference a scripted run ('depth_first').
+
+  Raises:
+    ValueError: naming the key.
+  """
+  g = config.get("gate", None)
+  if g is None or not g.get("split", ""):
+    return
+  if isinstance(g.tasks, bool) or not isinstance(g.tasks, int) or g.tasks < 1:
+    raise ValueError(f"config `gate.tasks` must be an integer >= 1 (held-out games of the gate), got {g.tasks!r}")
+  if not 0.0 <= float(g.min_success) <= 1.0 or not float(g.min_turn_ratio) >= 0.0:
+    raise ValueError(f"config `gate.min_success` must be in [0, 1] and `gate.min_turn_ratio` >= 0, got "
+                     f"{g.min_success!r} and {g.min_turn_ratio!r}")
+  if g.reference not in tables.SCRIPTED_RUNS:
+    raise ValueError(f"config `gate.reference` must be a scripted run of {tables.SCRIPTED_RUNS}, got {g.reference!r}")
 
 
 def _decay_steps(config) -> int:
@@ -214,25 +250,37 @@ def rl_update(state, tokens, attn, mask, logp_old, logp_ref, adv, *, model, opti
 
 # --- advantages ----------------------------------------------------------------------------------
 
+def turn_penalties(b: dict, config) -> np.ndarray:
+  """p_{i,t} per collated row (f32[R], reward units): the row's invalid-action penalty
+  (`rollout.window.invalid_action_penalty`, recorded by the driver) plus `rl.turn_penalty` on every real row."""
+  return (np.asarray(b["penalties"], np.float32)
+          + np.float32(config.rl.get("turn_penalty", 0.0)) * np.asarray(b["valid"], np.float32))
+
+
 def compute_advantages(method: str, b: dict, *, config, num_groups: int, num_rollouts: int, step: int) -> dict:
   """Per-row advantages f32[R] (and their parts) of `method` on collated rows `b` (planpo.rollouts.collate).
 
-  Rewards: R = b['episode_rewards'] (`rl.reward_scale` on a win); GiGPO's step rewards = the env's score
-  change x `rl.reward_scale` minus the invalid-action penalty. Rows with valid False get 0.
+  Returns, one rule for every method (planpo/advantages.py's module docstring): the episode return is
+  R_i - P_i, R = b['episode_rewards'] (`rl.reward_scale` on a win), P_i the rollout's sum of p_{i,t}
+  (`turn_penalties`: invalid-action penalty + `rl.turn_penalty`); GiGPO's step rewards = the env's score change
+  x `rl.reward_scale` - p_{i,t}; PlanPO's R_E = (1[success] R - P_i) / T_i and R_S = 1[success, valid] R / L - p.
+  Rows with valid False get 0.
   """
   mask = jnp.asarray(b["valid"])
   g, r, t = (jnp.asarray(b[k]) for k in ("group_ids", "rollout_ids", "turn"))
   rew = jnp.asarray(b["episode_rewards"])
+  pen = jnp.asarray(turn_penalties(b, config))
+  ret = adv_lib.return_penalties(rew, pen, r, num_rollouts=num_rollouts, mask=mask)
   max_turns = int(config.env.max_turns)
   if method == "grpo":
-    a = gigpo.episode_advantages(rew, g, r, num_groups=num_groups, num_rollouts=num_rollouts, mask=mask,
+    a = gigpo.episode_advantages(ret, g, r, num_groups=num_groups, num_rollouts=num_rollouts, mask=mask,
                                  stats_over="rollouts", norm="std", eps=float(config.planpo.eps),
                                  ddof=int(config.planpo.ddof))
     return {"advantages": a}
   if method == "gigpo":
     c = config.gigpo
-    step_r = jnp.asarray(b["env_rewards"] * float(config.rl.reward_scale) - b["penalties"])
-    out = gigpo.gigpo_advantages(rew, step_r, g, r, t, jnp.asarray(b["step_group_ids"]), num_groups=num_groups,
+    step_r = jnp.asarray(b["env_rewards"] * float(config.rl.reward_scale)) - pen
+    out = gigpo.gigpo_advantages(ret, step_r, g, r, t, jnp.asarray(b["step_group_ids"]), num_groups=num_groups,
                                  num_rollouts=num_rollouts, max_turns=max_turns, mask=mask, gamma=c.gamma,
                                  step_weight=c.step_weight, norm=c.norm, stats_over=c.stats_over, eps=c.eps,
                                  ddof=c.ddof)
@@ -246,7 +294,8 @@ def compute_advantages(method: str, b: dict, *, config, num_groups: int, num_rol
   out = adv_lib.planpo_advantages(rew, jnp.asarray(b["success"]), jnp.asarray(b["policy_tokens"]), g, r, t,
                                   num_groups=num_groups, num_rollouts=num_rollouts, max_turns=max_turns,
                                   alpha=alpha, mask=mask, step_grouping=p.step_grouping, stats_over=p.stats_over,
-                                  norm=p.norm, eps=p.eps, ddof=p.ddof, conditional=p.conditional)
+                                  norm=p.norm, eps=p.eps, ddof=p.ddof, conditional=p.conditional,
+                                  invalid=jnp.asarray(b["invalid"]), penalties=pen)
   out = out._asdict()
   if not p.get("use_episode", True):   # the ablation "without A_E": A = alpha(k) A_S
     out["advantages"] = alpha * out["step"]
@@ -404,10 +453,25 @@ class RandomAdmissible:
     return self._scripted(requests)
 
 
+def scripted_policy(name: str, chat, seed: int):
+  """The policy of a no-training row (planpo.tables.SCRIPTED_RUNS): 'random' (RandomAdmissible) or
+  'depth_first' (planpo.explorers.Explorer, the observation-only depth-first explorer).
+
+  Raises:
+    ValueError: another name.
+  """
+  if name == "random":
+    return RandomAdmissible(chat, seed)
+  if name == "depth_first":
+    from planpo import explorers  # pylint: disable=g-import-not-at-top
+    return explorers.Explorer("depth_first", chat, seed)
+  raise ValueError(f"{name!r} is not a scripted run; valid: {tables.SCRIPTED_RUNS}")
+
+
 def evaluate(config, policy: stages.Policy, params, pool, eval_sets: dict[str, list[str]], d: str, seed: int,
-             *, random_baseline: bool = False) -> dict:
+             *, scripted: str | None = None) -> dict:
   """`rl.eval_samples` rollouts per held-out task of every split of `env.eval_splits`, at `rl.eval_temperature`
-  (the RandomAdmissible policy with random_baseline); writes and returns eval.json:
+  (the scripted policy `scripted_policy(scripted)` instead when given); writes and returns eval.json:
   {split label: {'metrics': planpo.rollouts.episode_metrics, 'episodes': [planpo.rollouts.episode_record]}}.
   An existing eval.json is returned as is (resume)."""
   path = os.path.join(d, "eval.json")
@@ -416,8 +480,8 @@ def evaluate(config, policy: stages.Policy, params, pool, eval_sets: dict[str, l
   k = int(config.rl.get("eval_samples", 1))
   out = {}
   for label, tasks in eval_sets.items():
-    if random_baseline:
-      sampler = RandomAdmissible(policy.chat, seed)
+    if scripted:
+      sampler = scripted_policy(scripted, policy.chat, seed)
     else:
       sampler = rollouts.make_sampler(params, policy, key=jax.random.key(seed + 99), rows=len(tasks) * k,
                                       temperature=float(config.rl.eval_temperature), config=config)
@@ -426,6 +490,56 @@ def evaluate(config, policy: stages.Policy, params, pool, eval_sets: dict[str, l
                   "episodes": [rollouts.episode_record(t) for t in trajs]}
   os.makedirs(d, exist_ok=True)
   io.write_json(path, out)
+  return out
+
+
+def _turns_of_successes(episodes) -> float:
+  t = [e["turns"] for e in episodes if e["success"]]
+  return float(np.mean(t)) if t else float("nan")
+
+
+def regime_gate(config, policy: stages.Policy, sft_params, pool, tasks: Sequence[str], d: str, seed: int) -> dict:
+  """The regime check printed before any RL (config `gate`; issue 25, item 2): on `gate.tasks` held-out games of
+  split `gate.split` (not the table's test games), `rl.eval_samples` rollouts each at `rl.eval_temperature`,
+  the SFT policy must succeed often (success >= `gate.min_success`) but wastefully (turns among its successes
+  >= `gate.min_turn_ratio` x those of the scripted `gate.reference`, the depth-first explorer). Writes
+  d/gate.json (and each row's eval.json under d: a rerun reads them) and prints one line.
+
+  Returns:
+    {'sft_success', 'sft_turns', 'reference_success', 'reference_turns', 'ratio', 'passed', 'line'}.
+  Raises:
+    common.lm.stages.RegimeGateFailed: the gate failed; the message has the values and the fix.
+  """
+  g = config.gate
+  sets = {"gate": list(tasks)}
+  sft_eps = evaluate(config, policy, sft_params, pool, sets, os.path.join(d, "sft"), seed)["gate"]["episodes"]
+  ref_eps = evaluate(config, policy, None, pool, sets, os.path.join(d, str(g.reference)), seed,
+                     scripted=str(g.reference))["gate"]["episodes"]
+  out = {"sft_success": float(np.mean([e["success"] for e in sft_eps])), "sft_turns": _turns_of_successes(sft_eps),
+         "reference_success": float(np.mean([e["success"] for e in ref_eps])),
+         "reference_turns": _turns_of_successes(ref_eps)}
+  out["ratio"] = out["sft_turns"] / out["reference_turns"] if out["reference_turns"] > 0 else float("nan")
+  ok_success = out["sft_success"] >= float(g.min_success)
+  ok_waste = bool(float(g.min_turn_ratio) <= 0.0 or (np.isfinite(out["ratio"])
+                                                    and out["ratio"] >= float(g.min_turn_ratio)))
+  out["passed"] = bool(ok_success and ok_waste)
+  n = len(sft_eps)
+  out["line"] = (f"regime gate (SFT seed {seed}, {len(tasks)} '{g.split}' games x {n // max(len(tasks), 1)}): SFT "
+                 f"success {out['sft_success']:.3f} (need >= {float(g.min_success):.2f}: "
+                 f"{'ok' if ok_success else 'FAIL'}), turns among successes {out['sft_turns']:.2f} vs "
+                 f"{g.reference} {out['reference_turns']:.2f} = {out['ratio']:.2f}x (need >= "
+                 f"{float(g.min_turn_ratio):.2f}x: {'ok' if ok_waste else 'FAIL'}): "
+                 f"{'PASS: the SFT policy succeeds often but wastefully' if out['passed'] else 'FAIL'}")
+  io.write_json(os.path.join(d, "gate.json"), out)
+  print(out["line"], flush=True)
+  if not out["passed"]:
+    why = ("it rarely succeeds, so success-conditioned advantages have nothing to condition on" if not ok_success
+           else "its successes are already short, so there is nothing to shorten")
+    raise stages.RegimeGateFailed(
+        f"{out['line']}. The RL rows would be read in the wrong regime: {why}. Fix: grow the policy "
+        "(--config.model.tiny_sizes.num_layers=4 --config.model.tiny_sizes.hidden_size=256 "
+        "--config.model.tiny_sizes.intermediate_size=512) or train SFT longer (sft.epochs), and say so in the "
+        "results; the SFT checkpoint and gate.json stay in the workdir")
   return out
 
 
@@ -469,6 +583,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   """
   check_config(config)
   os.makedirs(workdir, exist_ok=True)
+  p = config.get("primary", None)
+  if p and p.get("run", ""):
+    print(f"primary cell (named before the run): d turns among successes, {p.run} - {p.reference}, on each held-out "
+          f"split, with success non-inferior by a margin of {float(p.success_margin):.2f}", flush=True)
   pool = rollouts.make_pool(config)
   budget = [-1 if stop_after is None else int(stop_after)]
   results: dict[str, dict[int, dict]] = {r: {} for r in config.runs}
@@ -479,9 +597,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     eval_sets = {str(label): rollouts.task_ids(w0, config, split, config.env.eval_tasks)
                  for label, split in dict(config.env.eval_splits).items()}
     types = rollouts.task_types(w0, sorted({t for v in eval_sets.values() for t in v}))
+    gate = config.get("gate", None)
+    gate_tasks = (rollouts.task_ids(w0, config, str(gate.split), int(gate.tasks))
+                  if gate is not None and gate.get("split", "") else [])
     # the tokenizer corpus is replayed only when no tiny policy is kept in the workdir yet (load_policy)
     kept = os.path.isfile(os.path.join(workdir, "policy", "config.json"))
-    corpus = [] if kept else data.tokenizer_corpus(data.gold_episodes(pool, train_tasks, config=config, seed=0))
+    corpus = [] if kept else data.tokenizer_corpus(data.sft_episodes(pool, train_tasks, config=config, seed=0))
     policy = load_policy(config, corpus, workdir)   # one tokenizer and initial model for every seed and run
     shared = bool(config.sft.get("shared", False))
     shared_params = None
@@ -489,7 +610,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
 
     def gold(sft_seed: int) -> list:
       if sft_seed not in replays:
-        replays[sft_seed] = data.gold_episodes(pool, train_tasks, config=config, seed=sft_seed, chat=policy.chat)
+        replays[sft_seed] = data.sft_episodes(pool, train_tasks, config=config, seed=sft_seed, chat=policy.chat)
       return replays[sft_seed]
 
     for seed in config.seeds:
@@ -498,7 +619,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
       sd = os.path.join(workdir, f"seed_{seed}")
       sft_dir = os.path.join(sd, "sft")
       sft_params = None
-      if any(r != "random" and not os.path.exists(os.path.join(sd, r, "eval.json")) for r in config.runs):
+      if any(r not in tables.SCRIPTED_RUNS and not os.path.exists(os.path.join(sd, r, "eval.json"))
+             for r in config.runs):
         if shared:
           if shared_params is None:
             shared_params = run_sft(config, policy, data.sft_rows(gold(sft_seed)),
@@ -506,10 +628,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
           sft_params = shared_params
         else:
           sft_params = run_sft(config, policy, data.sft_rows(gold(sft_seed)), sft_dir, seed).params
+        pending_rl = [r for r in config.runs if r not in tables.SCRIPTED_RUNS + ("sft",)
+                      and not os.path.exists(os.path.join(sd, r, "eval.json"))]
+        if gate_tasks and pending_rl:   # printed before any RL of this SFT policy; stops the run if it fails
+          gd = os.path.join(workdir, "gate") if shared else os.path.join(sd, "gate")
+          regime_gate(config, policy, sft_params, pool, gate_tasks, gd, sft_seed)
       for name in config.runs:
         rd = os.path.join(sd, name)
-        if name == "random":
-          results[name][seed] = evaluate(config, policy, None, pool, eval_sets, rd, seed, random_baseline=True)
+        if name in tables.SCRIPTED_RUNS:
+          results[name][seed] = evaluate(config, policy, None, pool, eval_sets, rd, seed, scripted=name)
           continue
         if name == "sft":
           results[name][seed] = evaluate(config, policy, sft_params, pool, eval_sets, sft_dir, seed)

@@ -10,6 +10,7 @@ from absl.testing import absltest, parameterized
 import pytest
 
 from common import estimators
+from common import gigpo
 from common import losses
 from common.lm import sharding
 from planpo import advantages as planpo_adv
@@ -269,6 +270,76 @@ class PlanPOAdvantagesTest(parameterized.TestCase):
       step(np.where(b["win"], b["ep"], 0.0)[k].astype(np.float32), b["win"][k], b["length"][k],
            b["group"][k], b["rollout"][k], b["turn"][k], b["mask"][k],
            jnp.float32(0.1 - 0.01 * seed)).advantages.block_until_ready()
+
+
+class PenaltyRuleTest(parameterized.TestCase):
+  """The invalid-action penalty and turn cost enter every method's return by one rule (issue 25, item 3)."""
+
+  def _group(self):
+    # One task, 3 rollouts, 3 turns each: rollouts 0 and 1 win, rollout 2 fails. Turn 1 of rollout 0 is an
+    # empty invalid reply (1 token: the end-of-turn id); the other replies have 12-20 tokens.
+    b = rows_of([3, 3, 3], [True, True, False], lengths=[14, 1, 12, 16, 18, 20, 13, 15, 17], reward=10.0)
+    invalid = np.zeros(9, bool)
+    invalid[1] = True
+    return b, invalid, np.where(invalid, 0.1, 0.0).astype(np.float32)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(step_grouping=("turn", "success"), conditional=(True, False))
+  @pytest.mark.fast
+  def test_empty_invalid_reply_never_gets_the_top_step_advantage(self, step_grouping, conditional):
+    b, invalid, pen = self._group()
+    fn = self.variant(functools.partial(planpo_adv.planpo_advantages, num_groups=1, num_rollouts=3, max_turns=3,
+                                        alpha=0.1, step_grouping=step_grouping, conditional=conditional))
+    args = (b["rewards"], b["success"], b["lengths"], b["group"], b["rollout"], b["turn"])
+    before = np.asarray(fn(*args).step)
+    after = np.asarray(fn(*args, invalid=invalid, penalties=pen).step)
+    # Without the rule (the paper's equations) the 1-token reply has the largest R / L of its group.
+    if conditional:
+      self.assertEqual(int(np.argmax(before)), 1)
+    # With it, the invalid reply is the lowest of its group: turn 1 (rows 1, 4, 7) or the successes' responses.
+    group = [1, 4, 7] if step_grouping == "turn" else [0, 1, 2, 3, 4, 5]
+    self.assertEqual(min(group, key=lambda r: after[r]), 1)
+    self.assertLess(after[1], min(after[r] for r in group if r != 1))
+
+  @pytest.mark.fast
+  def test_returns_subtract_the_rollouts_penalties(self):
+    b, invalid, pen = self._group()
+    pen = pen + np.float32(0.5)   # a turn cost of 0.5 on every row besides the invalid reply's 0.1
+    ret = planpo_adv.return_penalties(b["rewards"], pen, b["rollout"], num_rollouts=3)
+    np.testing.assert_allclose(ret, np.repeat([10 - 1.6, 10 - 1.5, -1.5], 3), rtol=1e-6)
+    r_e = planpo_adv.episode_rewards(b["rewards"], b["success"], b["rollout"], num_rollouts=3, penalties=pen)
+    np.testing.assert_allclose(r_e, np.repeat([(10 - 1.6) / 3, (10 - 1.5) / 3, -1.5 / 3], 3), rtol=1e-6)
+    # no penalties: the paper's R_E exactly
+    np.testing.assert_array_equal(
+        planpo_adv.episode_rewards(b["rewards"], b["success"], b["rollout"], num_rollouts=3),
+        planpo_adv.episode_rewards(b["rewards"], b["success"], b["rollout"], num_rollouts=3,
+                                   penalties=np.zeros(9, np.float32)))
+
+  @pytest.mark.fast
+  def test_every_method_gets_the_same_returns(self):
+    # planpo.train.compute_advantages: GRPO's and GiGPO's episode returns are R - P, PlanPO's R_E holds -P too.
+    from planpo import train as planpo_train  # pylint: disable=g-import-not-at-top
+    from configs import planpo_twx  # pylint: disable=g-import-not-at-top
+    b, invalid, pen = self._group()
+    rows = dict(group_ids=b["group"], rollout_ids=b["rollout"], turn=b["turn"], episode_rewards=b["rewards"],
+                success=b["success"], policy_tokens=b["lengths"], env_rewards=np.zeros(9, np.float32),
+                penalties=pen, invalid=invalid, step_group_ids=b["turn"], valid=np.ones(9, bool))
+    config = planpo_twx.get_config()
+    grpo = planpo_train.compute_advantages("grpo", rows, config=config, num_groups=1, num_rollouts=3, step=0)
+    a = np.asarray(grpo["advantages"])
+    ret = np.array([10 - 0.1, 10.0, 0.0])
+    want = (ret - ret.mean()) / (ret.std(ddof=1) + 1e-6)
+    np.testing.assert_allclose(a, np.repeat(want, 3), rtol=1e-5)
+    gigpo_out = planpo_train.compute_advantages("gigpo", rows, config=config, num_groups=1, num_rollouts=3, step=0)
+    c = config.gigpo
+    np.testing.assert_allclose(gigpo_out["episode"], gigpo.episode_advantages(
+        np.repeat(ret, 3).astype(np.float32), b["group"], b["rollout"], num_groups=1, num_rollouts=3,
+        stats_over=c.stats_over, norm=c.norm, eps=c.eps, ddof=c.ddof), rtol=1e-5)
+    config.rl.turn_penalty = 1.0
+    grpo = planpo_train.compute_advantages("grpo", rows, config=config, num_groups=1, num_rollouts=3, step=0)
+    ret = ret - 3.0
+    np.testing.assert_allclose(grpo["advantages"], np.repeat((ret - ret.mean()) / (ret.std(ddof=1) + 1e-6), 3),
+                               rtol=1e-5)
 
 
 class ShardedPlanPOTest(parameterized.TestCase):

@@ -31,7 +31,7 @@ def mixed_batch():
   turns = [2, 3, 2, 4]
   won = [True, True, False, False]
   rows = {k: [] for k in ("group_ids", "rollout_ids", "turn", "episode_rewards", "success", "policy_tokens",
-                          "env_rewards", "penalties", "step_group_ids", "valid")}
+                          "env_rewards", "penalties", "invalid", "step_group_ids", "valid")}
   for i, (n, w) in enumerate(zip(turns, won)):
     for t in range(n):
       rows["group_ids"].append(0)
@@ -42,6 +42,7 @@ def mixed_batch():
       rows["policy_tokens"].append(10 + 7 * i + 3 * t)
       rows["env_rewards"].append(1.0 if (w and t == n - 1) else 0.0)
       rows["penalties"].append(0.0)
+      rows["invalid"].append(False)
       rows["step_group_ids"].append(0 if t == 0 else 1 + len(rows["step_group_ids"]))
       rows["valid"].append(True)
   n = len(rows["valid"])

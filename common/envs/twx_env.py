@@ -27,12 +27,13 @@ Step info (JSON): task_id, game, fold, score (the simulator's, 1.0 when solved; 
 give partial credit and may go negative on failure), reward = clip(score, 0, 1) (outcome reward in
 [0, 1]), step_reward = score change of this step, won (task success), lost (task failure), moves,
 admissible_actions (sorted: the actions valid in the new state), valid (the action was admissible
-before the step). Status 'invalid' when the action was not admissible (the simulator still answers it
+before the step), location (the room the agent is in: 'You are in the X.' of the latest observation that
+names one; the window's summary line, common.windowed, lists the places visited from it). Status 'invalid' when the action was not admissible (the simulator still answers it
 and counts the move, as in TWX), else 'ok'. Done on success, failure, or after `env_step_limit` moves.
 
 Query methods (EnvClient.query): game_names(), seeds(game, split), task_ids(split, games, limit),
 gold_actions(task_id), admissible_actions(), episode_info() -> {'instruction': task description,
-'observation': the current observation, 'admissible_actions': [...]} (the windowed rollout mode,
+'observation': the current observation, 'admissible_actions': [...], 'location': the current room} (the windowed rollout mode,
 common.windowed, reads it after each reset), task_type(task_id) -> the game.
 
 Step latency (in this process, coin collector, 2-core CPU box): about 0.3-1 ms; through the
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from common.envs import base
@@ -52,6 +54,15 @@ SPLITS = ("train", "dev", "test")
 GAMES = ("coin", "mapreader", "cookingworld", "sorting")
 ALIASES = {"coin_collector": "coin", "coincollector": "coin", "map_reader": "mapreader",
            "cooking_world": "cookingworld", "cooking": "cookingworld"}
+
+
+_ROOM = re.compile(r"You are in the ([^.]+)\.")
+
+
+def location(observation: str) -> str | None:
+  """The room an observation places the agent in ('You are in the kitchen.' -> 'kitchen'), or None."""
+  m = _ROOM.search(observation)
+  return m.group(1).strip() if m else None
 
 
 OPPOSITE = {   # the move that undoes a move (cancel_backtracks; planpo.data move detours)
@@ -117,6 +128,7 @@ class TwxToolEnv:
     self._score = 0.0
     self._moves = 0
     self._done = True
+    self._location = ""
 
   # --- ToolEnv surface ---------------------------------------------------------------------
 
@@ -146,6 +158,7 @@ class TwxToolEnv:
     score = float(r["score"])
     delta, self._score = score - self._score, score
     self._obs = str(r["observation"])
+    self._location = location(self._obs) or self._location
     self._valid = sorted(str(a) for a in r["validActions"])
     won, lost = bool(r["tasksuccess"]), bool(r["taskfailure"])
     self._done = won or lost or score >= 1.0 or self._moves >= self.env_step_limit
@@ -221,14 +234,15 @@ class TwxToolEnv:
 
   def episode_info(self) -> dict[str, Any]:
     return {"instruction": self._task_desc, "observation": self._obs,
-            "admissible_actions": list(self._valid)}
+            "admissible_actions": list(self._valid), "location": self._location}
 
   # --- internals ---------------------------------------------------------------------------
 
   def _info(self, delta: float, valid: bool) -> dict[str, Any]:
     return {"task_id": self._task_id, "game": self._loaded, "fold": self._fold, "score": self._score,
             "reward": min(max(self._score, 0.0), 1.0), "step_reward": delta, "won": False, "lost": False,
-            "moves": self._moves, "admissible_actions": list(self._valid), "valid": valid}
+            "moves": self._moves, "admissible_actions": list(self._valid), "valid": valid,
+            "location": self._location}
 
   def _game(self, game: str) -> str:
     g = ALIASES.get(str(game).strip().lower(), str(game).strip().lower())
@@ -269,5 +283,6 @@ class TwxToolEnv:
     self._fold = fold
     self._task_desc = str(self._server.getTaskDescription()).strip()
     self._obs = str(r["observation"])
+    self._location = location(self._obs) or ""
     self._valid = sorted(str(a) for a in r["validActions"])
     self._score, self._moves, self._done = 0.0, 0, False

@@ -43,6 +43,13 @@ from common.lm.config import ModelConfig
 OVERRIDE_FIELDS = ("dtype", "param_dtype", "remat", "attention_impl", "attention_chunk", "logits_chunk")
 
 
+class RegimeGateFailed(RuntimeError):
+  """An experiment's regime gate failed before any RL ran (e.g. planpo.train.regime_gate): the RL rows would be
+  read in a regime where the method cannot show its effect. The message names the measured values, the
+  thresholds and the fix; the launcher (experiments/train.py) prints it as one line and exits 3. Everything
+  already written (SFT checkpoints, evaluations, gate.json) is kept, so a rerun resumes."""
+
+
 def model_overrides(model: Any) -> dict:
   """The ModelConfig fields of OVERRIDE_FIELDS that the `model` node sets, ModelConfig's own defaults for the
   rest (read from the dataclass, so they cannot drift apart)."""

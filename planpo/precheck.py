@@ -1,0 +1,306 @@
+r"""A non-learned-representation pre-check: do GRPO and PlanPO separate in turns at all? (issue 25, item 5)
+
+  python -m planpo.precheck --config=configs/planpo_twx.py:explore --workdir=runs/planpo_precheck
+
+Before the language-model runs are paid for, the same advantage code (planpo.train.compute_advantages: GRPO,
+PlanPO, GRPO + a per-turn penalty, on rows collated by planpo.rollouts.collate from the same rollout driver)
+trains a bag-of-words policy: a linear softmax over the admissible actions of each state,
+
+  pi(a | s) = softmax_a (w . phi(s, a)),   phi(s, a) = hashed indicators (`precheck.features` 2^14 buckets) of
+    the action's kind ('move', 'take', 'look', 'inventory'), move-specific flags (straight back through the door
+    it came in by; into a room the episode has entered before; into one it has not), and the crosses
+    (action, observation word) and (action, previous action).
+
+It starts from behaviour cloning on the same SFT data as the LM (the wins of the scripted explorers of
+`sft.explorers`, planpo.explorers), so it begins wasteful; then `precheck.steps` policy-gradient steps of
+`rl.tasks_per_step` games x `rl.rollouts_per_task` rollouts with the method's per-row advantage A:
+  w += lr * Adam( sum_rows A_row * grad log pi(a_row | s_row) / rows ).
+On-policy (one update per batch), so no ratio or clip is needed; the reply is a fixed 'I will A.' text, so
+PlanPO's response-length term A_S carries no length signal here (every response of a turn group has the same
+length up to the action's own words): the pre-check asks about turns (A_E), not reply tokens.
+
+Output: workdir/precheck.json (every seed's per-rollout records) and precheck.txt: success, turns, turns among
+successes per method (mean over seeds), and the paired difference method - GRPO with a bootstrap interval over
+(seed, game) units (common.stats), `precheck.seeds` seeds (default 10), 64 test games x 2 rollouts each.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from typing import Sequence
+
+import numpy as np
+
+from common import io
+from common import provenance
+from common import stats
+from common import trajectory as traj_lib
+from common import chat as chat_lib
+from common import rollout as rollout_lib
+from common.envs.twx_env import OPPOSITE, location
+from planpo import explorers
+from planpo import rollouts
+
+METHODS = ("grpo", "planpo", "grpo_turn_penalty")
+_WORD = re.compile(r"[a-z]+")
+
+
+def _h(key: str, dim: int) -> int:
+  return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "little") % dim
+
+
+class _Memory:
+  """One episode's memory: the previous action and the rooms entered."""
+
+  def __init__(self):
+    self.prev = "none"
+    self.entered: set[str] = set()
+
+
+def features(observation: str, admissible: Sequence[str], memory: _Memory, dim: int) -> list[np.ndarray]:
+  """phi(s, a) of every admissible action a (module docstring) as a list of int32 bucket arrays."""
+  here = location(observation)
+  if here:
+    memory.entered.add(here)
+  named = explorers.exits(observation)
+  words = sorted(set(_WORD.findall(observation.lower())))
+  out = []
+  for a in admissible:
+    parts = a.split()
+    kind = parts[0] if parts else "other"
+    keys = [f"kind:{kind}", f"act:{a}", f"prev:{memory.prev}|{a}"]
+    if kind == "move" and len(parts) == 2 and parts[1] in OPPOSITE:
+      d = parts[1]
+      if memory.prev == f"move {OPPOSITE[d]}":
+        keys.append("move:back")
+      room = named.get(d)
+      keys.append("move:entered" if room and room in memory.entered else "move:new")
+    keys += [f"w:{kind}|{w}" for w in words]
+    out.append(np.asarray(sorted({_h(k, dim) for k in keys}), np.int32))
+  return out
+
+
+class LinearPolicy:
+  """The bag-of-words softmax policy as a common.rollout policy (reads the env like planpo.explorers.Explorer).
+
+  Records, per episode and turn, the feature arrays of the admissible actions and the chosen index, so a
+  policy-gradient step can follow the driver's rollouts. With `teacher` (a planpo.explorers kind), the
+  teacher's action is taken and recorded instead (behaviour-cloning data).
+  """
+
+  def __init__(self, w: np.ndarray, chat, seed: int, *, teacher: str | None = None, greedy: bool = False):
+    self.w, self.seed, self.teacher, self.greedy = w, int(seed), teacher, greedy
+    self.driver = None
+    self.memory: dict[int, _Memory] = {}
+    self.rngs: dict[int, np.random.Generator] = {}
+    self.walkers: dict[int, explorers._Walker] = {}
+    self.records: dict[tuple[int, int], tuple[list[np.ndarray], int]] = {}
+    self._scripted = rollout_lib.ScriptedPolicy(self._script, chat)
+
+  def attach(self, driver) -> None:
+    self.driver = driver
+
+  def _script(self, request) -> str:
+    e = int(request.episode)
+    if e not in self.memory:
+      self.memory[e] = _Memory()
+      self.rngs[e] = np.random.default_rng([self.seed, 37, e])
+      if self.teacher:
+        self.walkers[e] = explorers._Walker(self.teacher, np.random.default_rng([self.seed, 29, e]))
+    info = dict(self.driver.worker_for(e).query("episode_info"))
+    obs, adm = str(info.get("observation", "")), list(info.get("admissible_actions", []))
+    if not adm:
+      return "<think>I will look around.</think><action>look around</action>"
+    phi = features(obs, adm, self.memory[e], self.w.size)
+    if self.teacher:
+      action = self.walkers[e].act(obs, adm)
+      i = adm.index(action) if action in adm else 0
+    else:
+      logits = np.array([self.w[f].sum() for f in phi])
+      if self.greedy:
+        i = int(np.argmax(logits))
+      else:
+        p = np.exp(logits - logits.max())
+        i = int(self.rngs[e].choice(len(adm), p=p / p.sum()))
+    self.records[(e, int(request.turn))] = (phi, i)
+    self.memory[e].prev = adm[i]
+    return f"<think>I will {adm[i]}.</think><action>{adm[i]}</action>"
+
+  def __call__(self, requests):
+    return self._scripted(requests)
+
+
+def _grad_logp(w: np.ndarray, phi: list[np.ndarray], i: int, out: np.ndarray, scale: float) -> None:
+  """out += scale * d log pi(a_i | s) / dw for the linear softmax."""
+  logits = np.array([w[f].sum() for f in phi])
+  p = np.exp(logits - logits.max())
+  p /= p.sum()
+  for j, f in enumerate(phi):
+    np.add.at(out, f, scale * ((1.0 if j == i else 0.0) - p[j]))
+
+
+class _Adam:
+  def __init__(self, dim: int, lr: float):
+    self.m, self.v, self.t, self.lr = np.zeros(dim), np.zeros(dim), 0, lr
+
+  def ascend(self, w: np.ndarray, g: np.ndarray) -> None:
+    self.t += 1
+    self.m = 0.9 * self.m + 0.1 * g
+    self.v = 0.999 * self.v + 0.001 * g * g
+    mh, vh = self.m / (1 - 0.9 ** self.t), self.v / (1 - 0.999 ** self.t)
+    w += self.lr * mh / (np.sqrt(vh) + 1e-8)
+
+
+def _play(pool, policy, tasks, config, group_size: int, seed: int):
+  driver_trajs = rollouts.run_rollouts(pool, policy, policy._scripted.chat, tasks, config=config,
+                                       group_size=group_size, seed=seed)
+  return driver_trajs
+
+
+def behaviour_clone(pool, tasks, config, seed: int, chat) -> np.ndarray:
+  """w after `precheck.bc_epochs` passes of softmax regression on the explorers' winning episodes."""
+  pc = config.precheck
+  w = np.zeros(int(pc.features), np.float64)
+  data = []
+  for kind in tuple(config.sft.explorers):
+    pol = LinearPolicy(w, chat, seed, teacher=kind)
+    trajs = _play(pool, pol, tasks, config, int(config.sft.explorer_rollouts), seed)
+    for t in trajs:
+      if t.success:
+        data += [pol.records[(t.episode, k)] for k in range(len(t.turns)) if (t.episode, k) in pol.records]
+  opt = _Adam(w.size, float(pc.bc_learning_rate))
+  rng = np.random.default_rng([seed, 41])
+  for _ in range(int(pc.bc_epochs)):
+    for chunk in np.array_split(rng.permutation(len(data)), max(1, len(data) // 64)):
+      g = np.zeros_like(w)
+      for j in chunk:
+        _grad_logp(w, *data[j], g, 1.0 / len(chunk))
+      opt.ascend(w, g)
+  return w
+
+
+def train(pool, w0: np.ndarray, method: str, train_tasks, config, seed: int, chat) -> np.ndarray:
+  """`precheck.steps` policy-gradient steps of `method` (planpo.train.compute_advantages) from w0."""
+  from planpo import train as planpo_train  # pylint: disable=g-import-not-at-top  (train imports this module's callers)
+  m, rc = planpo_train.run_config(config, method)
+  w = w0.copy()
+  opt = _Adam(w.size, float(config.precheck.learning_rate))
+  n, g_size = int(rc.rl.tasks_per_step), int(rc.rl.rollouts_per_task)
+  for step in range(int(config.precheck.steps)):
+    rng = np.random.default_rng([seed, 17, step])
+    tasks = [train_tasks[i] for i in rng.choice(len(train_tasks), n, replace=n > len(train_tasks))]
+    pol = LinearPolicy(w, chat, seed * 1000 + step)
+    trajs = _play(pool, pol, tasks, rc, g_size, step)
+    b = rollouts.collate(trajs, pad_id=0)
+    adv = np.asarray(planpo_train.compute_advantages(m, b, config=rc, num_groups=n, num_rollouts=n * g_size,
+                                                     step=step)["advantages"])
+    rows = [(t.episode, k) for t in trajs for k in range(len(t.turns))]
+    g = np.zeros_like(w)
+    for r, key in enumerate(rows):
+      if b["valid"][r] and key in pol.records:
+        _grad_logp(w, *pol.records[key], g, float(adv[r]) / len(rows))
+    opt.ascend(w, g)
+  return w
+
+
+def evaluate(pool, w, tasks, config, seed: int, chat) -> list[dict]:
+  """`rl.eval_samples` sampled rollouts per task: planpo.rollouts.episode_record each."""
+  pol = LinearPolicy(w, chat, 10_000 + seed)
+  trajs = _play(pool, pol, tasks, config, int(config.rl.eval_samples), 0)
+  return [rollouts.episode_record(t) for t in trajs]
+
+
+def _summary(eps: list[dict]) -> dict:
+  s = [e for e in eps if e["success"]]
+  return {"success": float(np.mean([e["success"] for e in eps])), "turns": float(np.mean([e["turns"] for e in eps])),
+          "turns_success": float(np.mean([e["turns"] for e in s])) if s else float("nan")}
+
+
+def _paired(config, res, run, ref, metric):
+  """run - ref over (seed, game) units: each unit's mean over its rollouts (turns_success: over the successes;
+  units where either run has none are left out)."""
+  d = []
+  for seed in res[ref]:
+    by = {}
+    for which, r in ((0, run), (1, ref)):
+      for e in res[r][seed]:
+        v = by.setdefault(e["task_id"], ([], []))
+        if metric != "turns_success" or e["success"]:
+          v[which].append(float(e["turns"] if metric.startswith("turns") else e[metric]))
+    d += [np.mean(a) - np.mean(b) for a, b in by.values() if a and b]
+  st = config.stats
+  d = np.asarray(d)
+  return stats.paired_difference(d, np.zeros_like(d), confidence=float(st.confidence), resamples=int(st.resamples),
+                                 method=str(st.method))
+
+
+def run(config, workdir: str) -> dict:
+  """BC, then each method of `precheck.methods` per seed of `precheck.seeds`; writes precheck.{json,txt}."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, "precheck.json")
+  done = io.read_json(path) if os.path.exists(path) else {"runs": {}}
+  chat = chat_lib.ChatTemplate(traj_lib.ByteTokenizer())
+  cfg = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") else config
+  cfg.env.sandboxed = False
+  cfg.rollout.max_response_tokens = 1 << 12
+  cfg.rollout.max_context_tokens = 1 << 20
+  pool = rollouts.make_pool(cfg)
+  t0 = time.monotonic()
+  try:
+    w0 = pool.workers[0]
+    train_tasks = rollouts.task_ids(w0, cfg, cfg.env.train_split, cfg.env.train_tasks)
+    test = rollouts.task_ids(w0, cfg, list(dict(cfg.env.eval_splits).values())[0], cfg.env.eval_tasks)
+    res = done["runs"]
+    for seed in cfg.precheck.seeds:
+      seed = str(int(seed))
+      if all(seed in res.get(m, {}) for m in ("bc",) + tuple(cfg.precheck.methods)):
+        continue
+      w_bc = behaviour_clone(pool, train_tasks, cfg, int(seed), chat)
+      res.setdefault("bc", {})[seed] = evaluate(pool, w_bc, test, cfg, int(seed), chat)
+      for m in cfg.precheck.methods:
+        w = train(pool, w_bc, m, train_tasks, cfg, int(seed), chat)
+        res.setdefault(m, {})[seed] = evaluate(pool, w, test, cfg, int(seed), chat)
+      io.write_json(path, {"code": provenance.code_version(), "config": cfg.to_dict(), "runs": res}, default=str)
+      print(f"seed {seed}: " + ", ".join(f"{m} {_summary(res[m][seed])}" for m in res), flush=True)
+  finally:
+    pool.close()
+  lines = [f"pre-check ({time.monotonic() - t0:.0f} s this call): bag-of-words policy, BC on the explorers' wins, "
+           f"{cfg.precheck.steps} steps of {cfg.rl.tasks_per_step} games x {cfg.rl.rollouts_per_task} rollouts; "
+           f"{len(test)} test games x {cfg.rl.eval_samples}; seeds {list(res['bc'])}"]
+  lines.append(f"{'run':<20}{'success':>10}{'turns':>10}{'turns|success':>15}")
+  for m, by_seed in res.items():
+    s = [_summary(v) for v in by_seed.values()]
+    lines.append(f"{m:<20}" + "".join(f"{np.nanmean([x[k] for x in s]):>{w}.3f}"
+                                      for k, w in (("success", 10), ("turns", 10), ("turns_success", 15))))
+  lines.append("paired difference run - grpo, 95% BCa over (seed, game) units")
+  for m in res:
+    if m == "grpo" or "grpo" not in res:
+      continue
+    cells = []
+    for k in ("success", "turns", "turns_success"):
+      d = _paired(cfg, res, m, "grpo", k)
+      cells.append(f"d {k} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+    lines.append(f"{m:<20}" + "   ".join(cells))
+  text = f"code: commit {provenance.code_version()['commit']}\n" + "\n".join(lines)
+  with open(os.path.join(workdir, "precheck.txt"), "w") as f:
+    f.write(text + "\n")
+  print(text, flush=True)
+  return res
+
+
+def main(argv):
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  run(flags.FLAGS.config, flags.FLAGS.workdir)
+
+
+if __name__ == "__main__":
+  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  config_flags.DEFINE_config_file("config", None, "a configs/planpo_twx.py variant (explore)")
+  flags.DEFINE_string("workdir", None, "output folder")
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -38,8 +38,10 @@ Not a config itself (no `get_config`). Keys:
   stats.*           paired bootstrap of the differences against `reference` (scipy.stats.bootstrap, BCa).
   gate.*            the regime gate printed before any RL (planpo.train.regime_gate): split '' = none; else the
                     SFT policy on `gate.tasks` games of that split must reach success >= `gate.min_success` with
-                    turns among successes >= `gate.min_turn_ratio` x the scripted `gate.reference`'s, or the run
-                    stops (common.lm.stages.RegimeGateFailed).
+                    turns among successes >= `gate.min_turn_ratio` x the scripted `gate.reference`'s ('depth_first',
+                    or 'gold': the expert's path), or the run stops (`gate.on_fail` 'stop':
+                    common.lm.stages.RegimeGateFailed) or goes on with the failure at the top of the table
+                    ('report'); `gate.fix` names the fix the message gives ('' = grow the policy).
   primary.*         the primary cell, named before the run: d turns among successes, `primary.run` -
                     `primary.reference`, with success non-inferior by `primary.success_margin` (planpo.tables.primary;
                     run '' = none).
@@ -105,7 +107,8 @@ def base_config() -> ml_collections.ConfigDict:
                   clip_low=0.2, clip_high=0.2, kl_coef=0.01, agg_mode="token_mean")
   c.gigpo = dict(gamma=0.95, step_weight=1.0, norm="std", stats_over="turns", eps=1e-6, ddof=1)
   c.stats = dict(resamples=10000, confidence=0.95, method="BCa")
-  c.gate = dict(split="", tasks=64, min_success=0.6, min_turn_ratio=1.5, reference="depth_first")
+  c.gate = dict(split="", tasks=64, min_success=0.6, min_turn_ratio=1.5, reference="depth_first", on_fail="stop",
+                fix="")
   c.primary = dict(run="", reference="grpo", success_margin=0.05)
   c.checkpoint = dict(every=5, max_to_keep=2)
   c.logging = dict(every=1, tensorboard=True)

@@ -114,7 +114,7 @@ def explore(smoke: bool = False) -> ml_collections.ConfigDict:
   c.sft.epochs = 4
   c.sft.move_detours = False
   c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 12, 4, 8
-  c.gate = dict(split="dev", tasks=64, min_success=0.6, min_turn_ratio=1.5, reference="depth_first")
+  c.gate.update(dict(split="dev", tasks=64, min_success=0.6, min_turn_ratio=1.5, reference="depth_first"))
   # the non-learned pre-check (planpo/precheck.py): a bag-of-words softmax policy trained by the same advantages
   c.precheck = dict(seeds=tuple(range(10)), methods=("grpo", "planpo", "grpo_turn_penalty"), steps=40,
                     features=1 << 14, learning_rate=0.05, bc_epochs=3, bc_learning_rate=0.05)
@@ -130,7 +130,7 @@ def explore(smoke: bool = False) -> ml_collections.ConfigDict:
     c.model.tiny_sizes = dict(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
     c.sft.epochs, c.sft.batch_size, c.sft.learning_rate, c.sft.shared, c.sft.explorer_rollouts = 2, 16, 1e-2, False, 1
     c.rl.steps, c.rl.tasks_per_step, c.rl.rollouts_per_task = 2, 2, 4
-    c.gate = dict(split="dev", tasks=4, min_success=0.0, min_turn_ratio=0.0, reference="depth_first")
+    c.gate.update(dict(tasks=4, min_success=0.0, min_turn_ratio=0.0))
     c.precheck.seeds, c.precheck.steps, c.precheck.bc_epochs = (0, 1), 2, 1
     c.stats.resamples = 200
     c.checkpoint.every = 1

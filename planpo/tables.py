@@ -26,7 +26,7 @@ ABLATION_RUNS = ("sft", "planpo", "planpo_no_ae", "planpo_no_as", "planpo_uncond
 EXPLORE_RUNS = ("random", "depth_first", "sft", "grpo", "gigpo", "grpo_turn_penalty", "planpo", "planpo_no_ae",
                 "planpo_no_as")
 TABLE_RUNS = {"main": MAIN_RUNS, "ablation": ABLATION_RUNS, "explore": EXPLORE_RUNS}
-SCRIPTED_RUNS = ("random", "depth_first")   # no training: scripted policies (planpo.train.scripted_policy)
+SCRIPTED_RUNS = ("random", "depth_first", "gold")   # no training: scripted policies (planpo.train.scripted_policy)
 
 
 def _values(episodes, metric) -> list[float]:

@@ -11,6 +11,8 @@ workdir/sft_shared, as the paper's runs start from one pretrained checkpoint): t
 shapes `model.tiny_sizes`; or a local checkpoint, `model.checkpoint`) is trained by SFT on gold trajectories
 with detours (planpo/data.py). Then every run of `runs`:
   random  no training: a uniformly random admissible action each turn (RandomAdmissible);
+  depth_first / gold   no training: the observation-only depth-first explorer (planpo.explorers) / the
+          expert's path (GoldReplay): reference rows and the regime gate's references;
   sft     the SFT policy itself;
   <name>  an RL run of `variants[name]` ('method' grpo | gigpo | planpo, plus overrides of planpo.* / gigpo.* /
           rl.*; the ablations of configs/planpo_base.py), `rl.steps` steps from the SFT parameters:
@@ -26,6 +28,10 @@ with detours (planpo/data.py). Then every run of `runs`:
           pass (`rl.old_logprobs` 'recompute', verl's choice, needed when the sampler is another engine) or the
           sampler's own log-probs ('sampler': the same JAX model at the same temperature, equal to the
           recomputed ones to 1e-5, tests/lm_sampling_test.py; saves one forward pass over the batch).
+Regime gate (`gate.*`, configs/planpo_twx.py:explore): after SFT and before any RL, the SFT policy must succeed
+often but wastefully against a scripted reference (regime_gate); else the run stops (common.lm.stages.
+RegimeGateFailed) or, with `gate.on_fail` 'report', the table's header says the RL rows are in the wrong regime.
+Returns: one rule for every method (planpo/advantages.py): R - P with the invalid-action penalty and `rl.turn_penalty`.
 Evaluation: `rl.eval_samples` rollouts per held-out task of every split of `env.eval_splits` at
 `rl.eval_temperature`: success, score, turns, response tokens (the policy's own tokens per response), per
 rollout (eval.json) and per task type (the env's `task_type`).
@@ -172,6 +178,9 @@ def check_gate(config) -> None:
                      f"{g.min_success!r} and {g.min_turn_ratio!r}")
   if g.reference not in tables.SCRIPTED_RUNS:
     raise ValueError(f"config `gate.reference` must be a scripted run of {tables.SCRIPTED_RUNS}, got {g.reference!r}")
+  if g.get("on_fail", "stop") not in ("stop", "report"):
+    raise ValueError(f"config `gate.on_fail` must be 'stop' (the run ends before RL) or 'report' (the RL rows run and "
+                     f"the table says they are in the wrong regime), got {g.on_fail!r}")
 
 
 def _decay_steps(config) -> int:
@@ -453,9 +462,28 @@ class RandomAdmissible:
     return self._scripted(requests)
 
 
-def scripted_policy(name: str, chat, seed: int):
-  """The policy of a no-training row (planpo.tables.SCRIPTED_RUNS): 'random' (RandomAdmissible) or
-  'depth_first' (planpo.explorers.Explorer, the observation-only depth-first explorer).
+class GoldReplay:
+  """The expert's path as a policy: each task's gold actions (the env's `gold_actions` query, read before the
+  episodes start: it reloads the game), one a turn, then 'look' (the privileged shortest path: the regime gate's
+  reference where no observation-only explorer exists, e.g. household tasks and ScienceWorld)."""
+
+  def __init__(self, chat, gold: dict[str, list[str]]):
+    self.gold = gold
+    self._scripted = rollout_lib.ScriptedPolicy(self._reply, chat)
+
+  def _reply(self, request) -> str:
+    plan = self.gold.get(request.task_id, [])
+    action = plan[request.turn] if request.turn < len(plan) else "look"
+    return f"<think>I follow the plan.</think><action>{action}</action>"
+
+  def __call__(self, requests):
+    return self._scripted(requests)
+
+
+def scripted_policy(name: str, chat, seed: int, *, pool=None, tasks: Sequence[str] = ()):
+  """The policy of a no-training row (planpo.tables.SCRIPTED_RUNS): 'random' (RandomAdmissible), 'depth_first'
+  (planpo.explorers.Explorer, the observation-only depth-first explorer) or 'gold' (GoldReplay of `tasks`, read
+  from `pool`'s first worker).
 
   Raises:
     ValueError: another name.
@@ -465,6 +493,8 @@ def scripted_policy(name: str, chat, seed: int):
   if name == "depth_first":
     from planpo import explorers  # pylint: disable=g-import-not-at-top
     return explorers.Explorer("depth_first", chat, seed)
+  if name == "gold":
+    return GoldReplay(chat, {t: list(pool.workers[0].query("gold_actions", task_id=t)) for t in tasks})
   raise ValueError(f"{name!r} is not a scripted run; valid: {tables.SCRIPTED_RUNS}")
 
 
@@ -481,7 +511,7 @@ def evaluate(config, policy: stages.Policy, params, pool, eval_sets: dict[str, l
   out = {}
   for label, tasks in eval_sets.items():
     if scripted:
-      sampler = scripted_policy(scripted, policy.chat, seed)
+      sampler = scripted_policy(scripted, policy.chat, seed, pool=pool, tasks=tasks)
     else:
       sampler = rollouts.make_sampler(params, policy, key=jax.random.key(seed + 99), rows=len(tasks) * k,
                                       temperature=float(config.rl.eval_temperature), config=config)
@@ -498,6 +528,18 @@ def _turns_of_successes(episodes) -> float:
   return float(np.mean(t)) if t else float("nan")
 
 
+def _saved_gates(config, workdir: str) -> dict[int, dict]:
+  """SFT seed -> gate.json of the regime gates this workdir holds (workdir/gate with `sft.shared`, else
+  workdir/seed_<s>/gate)."""
+  out = {}
+  shared = bool(config.sft.get("shared", False))
+  for s in ([int(config.seeds[0])] if shared else [int(s) for s in config.seeds]):
+    p = os.path.join(workdir, "gate" if shared else f"seed_{s}/gate", "gate.json")
+    if os.path.exists(p):
+      out[s] = io.read_json(p)
+  return out
+
+
 def regime_gate(config, policy: stages.Policy, sft_params, pool, tasks: Sequence[str], d: str, seed: int) -> dict:
   """The regime check printed before any RL (config `gate`; issue 25, item 2): on `gate.tasks` held-out games of
   split `gate.split` (not the table's test games), `rl.eval_samples` rollouts each at `rl.eval_temperature`,
@@ -507,8 +549,12 @@ def regime_gate(config, policy: stages.Policy, sft_params, pool, tasks: Sequence
 
   Returns:
     {'sft_success', 'sft_turns', 'reference_success', 'reference_turns', 'ratio', 'passed', 'line'}.
+  With `gate.on_fail` 'report' a failed gate is printed (with the fix, `gate.fix` or the default "grow the
+  policy") and returned, and the run goes on; the table's header then carries it (planpo.tables.report).
+
   Raises:
-    common.lm.stages.RegimeGateFailed: the gate failed; the message has the values and the fix.
+    common.lm.stages.RegimeGateFailed: the gate failed and `gate.on_fail` is 'stop' (the default); the message has
+      the values and the fix.
   """
   g = config.gate
   sets = {"gate": list(tasks)}
@@ -527,19 +573,24 @@ def regime_gate(config, policy: stages.Policy, sft_params, pool, tasks: Sequence
   out["line"] = (f"regime gate (SFT seed {seed}, {len(tasks)} '{g.split}' games x {n // max(len(tasks), 1)}): SFT "
                  f"success {out['sft_success']:.3f} (need >= {float(g.min_success):.2f}: "
                  f"{'ok' if ok_success else 'FAIL'}), turns among successes {out['sft_turns']:.2f} vs "
-                 f"{g.reference} {out['reference_turns']:.2f} = {out['ratio']:.2f}x (need >= "
+                 f"{g.reference} {out['reference_turns']:.2f} (its success {out['reference_success']:.3f}) = "
+                 f"{out['ratio']:.2f}x (need >= "
                  f"{float(g.min_turn_ratio):.2f}x: {'ok' if ok_waste else 'FAIL'}): "
                  f"{'PASS: the SFT policy succeeds often but wastefully' if out['passed'] else 'FAIL'}")
-  io.write_json(os.path.join(d, "gate.json"), out)
-  print(out["line"], flush=True)
   if not out["passed"]:
     why = ("it rarely succeeds, so success-conditioned advantages have nothing to condition on" if not ok_success
            else "its successes are already short, so there is nothing to shorten")
-    raise stages.RegimeGateFailed(
-        f"{out['line']}. The RL rows would be read in the wrong regime: {why}. Fix: grow the policy "
-        "(--config.model.tiny_sizes.num_layers=4 --config.model.tiny_sizes.hidden_size=256 "
-        "--config.model.tiny_sizes.intermediate_size=512) or train SFT longer (sft.epochs), and say so in the "
-        "results; the SFT checkpoint and gate.json stay in the workdir")
+    fix = str(g.get("fix", "") or "") or (
+        "grow the policy (--config.model.tiny_sizes.num_layers=4 --config.model.tiny_sizes.hidden_size=256 "
+        "--config.model.tiny_sizes.intermediate_size=512) or train SFT longer (sft.epochs), and say so in the results")
+    out["why"] = f"The RL rows would be read in the wrong regime: {why}. Fix: {fix}"
+  io.write_json(os.path.join(d, "gate.json"), out)
+  print(out["line"], flush=True)
+  if not out["passed"]:
+    if g.get("on_fail", "stop") == "stop":
+      raise stages.RegimeGateFailed(f"{out['line']}. {out['why']}; the SFT checkpoint and gate.json stay in the "
+                                    "workdir")
+    print(f"WARNING {out['why']} (gate.on_fail 'report': the RL rows run, and the table says so)", flush=True)
   return out
 
 
@@ -658,11 +709,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   tag = tables.table_tag(config)
   version = provenance.code_version()
   stamp = f"code: commit {version['commit']}{' with uncommitted changes' if version['dirty'] else ''}"
-  table = f"{stamp}; config: {os.path.join(workdir, 'config.json')}\n{table}"
+  gates = _saved_gates(config, workdir)
+  head = "".join(f"{g['line']}\n" + (f"  {g['why']}\n" if not g["passed"] else "") for g in gates.values())
+  table = f"{stamp}; config: {os.path.join(workdir, 'config.json')}\n{head}{table}"
   io.write_json(os.path.join(workdir, f"results_{tag}.json"),
                 {"code": version, "runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
                  "task_types": types, "differences": tables.differences(config, results), "sft_data": sft_data,
-                 "config": config.to_dict()}, default=str)
+                 "gate": {str(k): v for k, v in gates.items()}, "config": config.to_dict()}, default=str)
   print(table, flush=True)
   with open(os.path.join(workdir, f"results_{tag}.txt"), "w") as f:
     f.write(table + "\n")

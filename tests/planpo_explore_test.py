@@ -140,6 +140,12 @@ class ExplorerEpisodesTest(absltest.TestCase):
     self.assertTrue(all(t.success for t in trajs))
     self.assertLess(np.mean([t.num_turns for t in trajs]), 12)   # 9 rooms: at most 2 x 8 moves + take coin
 
+  def test_gold_replay_row_wins_in_the_expert_turns(self):
+    policy = train.scripted_policy("gold", self.chat, 0, pool=self.pool, tasks=self.tasks)
+    trajs = rollouts.run_rollouts(self.pool, policy, self.chat, self.tasks, config=self.config, group_size=1, seed=0)
+    self.assertTrue(all(t.success for t in trajs))
+    self.assertEqual([t.num_turns for t in trajs], [len(policy.gold[t]) for t in self.tasks])
+
   def test_explorer_data_holds_only_wins_and_is_reproducible(self):
     eps = data.sft_episodes(self.pool, self.tasks, config=self.config, seed=3, chat=self.chat)
     again = data.sft_episodes(self.pool, self.tasks, config=self.config, seed=3, chat=self.chat)
@@ -191,6 +197,15 @@ class ExploreSmokeTest(absltest.TestCase):
     self.assertIn("num_layers=4", out.stderr)
     self.assertFalse(os.path.exists(os.path.join(self.root, "w", "seed_0", "grpo")))
     self.assertTrue(os.path.exists(os.path.join(self.root, "w", "seed_0", "planpo", "eval.json")))
+    # gate.on_fail 'report' (the household and ScienceWorld configs): the RL rows run, the table's header says so
+    out = self._launch("--config.gate.min_success=1.0", "--config.gate.on_fail=report")
+    self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+    self.assertIn("WARNING The RL rows would be read in the wrong regime", out.stdout)
+    head = open(os.path.join(self.root, "w", "results_explore_random-depth_first-sft-grpo-planpo.txt")).read()
+    head = head.split("\n")
+    self.assertRegex(head[1], r"^regime gate .*: FAIL$")
+    self.assertIn("num_layers=4", head[2])
+    self.assertTrue(os.path.exists(os.path.join(self.root, "w", "seed_0", "grpo", "eval.json")))
 
 
 class GateTest(absltest.TestCase):

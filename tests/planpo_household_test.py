@@ -280,6 +280,15 @@ class SmokeTest(absltest.TestCase):
           self.assertIn("success", e["metrics"])
     self.assertEqual(set(saved["task_types"].values()), set(config.env.games))
     self.assertGreater(saved["sft_data"][str(config.seeds[0])]["sft/episodes"], 0)   # some gold replays fit
+    # the regime gate (gate.on_fail 'report'): it ran before RL against the expert's path, failed at this size,
+    # and the table's header says so and names the GPU run
+    gate = saved["gate"][str(config.seeds[0])]
+    self.assertFalse(gate["passed"])
+    self.assertIn("--config.model.checkpoint=DIR --config.env.max_turns=50", gate["why"])
+    with open(path.replace(".json", ".txt")) as f:
+      head = f.read().split("\n")[:3]
+    self.assertTrue(head[1].startswith("regime gate (SFT seed 0, 2 'valid_seen' games x 1)"), head)
+    self.assertIn("The RL rows would be read in the wrong regime", head[2])
 
 
 if __name__ == "__main__":
@@ -300,10 +309,11 @@ class SandboxedTest(absltest.TestCase):
     self.assertTrue(c.env.sandboxed)
     self.assertEqual(c.env.prepare, "common.envs.household.env:prepare_host")
     c.env.kwargs.cache_dir, c.env.kwargs.max_steps = cache, 200
-    c.env.games, c.env.train_tasks, c.env.eval_tasks = ("pick_and_place_simple",), 1, 1
+    c.env.games, c.env.train_tasks, c.env.eval_tasks, c.gate.tasks = ("pick_and_place_simple",), 1, 1, 1
     self.assertEqual(rollouts.task_requests(c), [("train", ["pick_and_place_simple"], 1),
                                                  ("valid_seen", ["pick_and_place_simple"], 1),
-                                                 ("valid_unseen", ["pick_and_place_simple"], 1)])
+                                                 ("valid_unseen", ["pick_and_place_simple"], 1),
+                                                 ("valid_seen", ["pick_and_place_simple"], 1)])   # the gate's
     kwargs, ro = prepare_host(rollouts.env_kwargs(c), rollouts.task_requests(c))
     self.assertEqual(ro, (os.path.abspath(cache),))
     self.assertEqual(kwargs["cache_dir"], os.path.abspath(cache))

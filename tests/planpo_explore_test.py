@@ -208,6 +208,20 @@ class ExploreSmokeTest(absltest.TestCase):
     self.assertTrue(os.path.exists(os.path.join(self.root, "w", "seed_0", "grpo", "eval.json")))
 
 
+class SamplerRowsTest(absltest.TestCase):
+
+  @pytest.mark.fast
+  def test_sampler_batch_is_the_pool_size(self):
+    # the driver runs at most env.workers episodes at once; a larger batch would only compute padding rows
+    import jax  # pylint: disable=g-import-not-at-top
+    config = planpo_twx.get_config("explore_smoke")
+    policy = train.load_policy(config, ["move north take coin look around " * 20])
+    for rows, want in ((128, config.env.workers), (3, 3)):
+      s = rollouts.make_sampler(policy.params, policy, key=jax.random.key(0), rows=rows, temperature=1.0,
+                                config=config)
+      self.assertEqual(s.rows, want)
+
+
 class GateTest(absltest.TestCase):
 
   @pytest.mark.fast

@@ -5,6 +5,7 @@ r"""PlanPO beside GRPO and GiGPO on TextWorldExpress (CPU): one command per tabl
   python -m experiments.train --config=configs/planpo_twx.py:smoke --workdir=/tmp/planpo_smoke    # seconds
   python -m experiments.train --config=configs/planpo_twx.py:explore --workdir=runs/planpo_explore  # issue 25
   python -m experiments.train --config=configs/planpo_twx.py:explore_smoke --workdir=/tmp/planpo_explore_smoke
+  python -m experiments.train --config=configs/planpo_twx.py:explore_coin11 --workdir=runs/planpo_explore11  # replication
 
 Variants: '' (CPU default: the main runs random / sft / grpo / gigpo / planpo, 3 paired seeds), 'ablation'
 (sft / planpo and the four published PlanPO ablations; differences against planpo) and 'smoke' (seconds; the
@@ -39,12 +40,12 @@ SHORT_FORMAT = ("Think inside <think> </think>, then give one admissible action 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
-  if parts in (["explore"], ["explore_smoke"]):
-    return explore(smoke=parts == ["explore_smoke"])
+  if parts in (["explore"], ["explore_smoke"], ["explore_coin11"]):
+    return explore(smoke=parts == ["explore_smoke"], rooms=11 if parts == ["explore_coin11"] else 9)
   bad = [p for p in parts if p not in ("ablation", "smoke")]
   if bad:
     raise ValueError(f"unknown config variant {bad}; valid: '', 'ablation', 'smoke', 'ablation,smoke', 'explore', "
-                     "'explore_smoke'")
+                     "'explore_smoke', 'explore_coin11'")
   c = planpo_base.base_config()
   c.env.factory = "common.envs.twx_env:TwxToolEnv"
   c.env.kwargs = dict(game_params={"coin": "numLocations=4,includeDoors=0,numDistractorItems=0"},
@@ -80,8 +81,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
-def explore(smoke: bool = False) -> ml_collections.ConfigDict:
+def explore(smoke: bool = False, rooms: int = 9) -> ml_collections.ConfigDict:
   """The explorer regime (issue 25): where GRPO can succeed wastefully and PlanPO's length terms have signal.
+
+  'explore_coin11' is the replication: the same with 11 rooms.
 
   game      coin collector, 9 rooms, no doors, `env.max_turns` 40 (a depth-first explorer needs about 7.5 turns
             among its wins, a uniformly random one wins 47 % of games within 40 turns).
@@ -103,7 +106,7 @@ def explore(smoke: bool = False) -> ml_collections.ConfigDict:
   c.runs = tables.EXPLORE_RUNS
   c.reference = "grpo"
   c.primary = dict(run="planpo", reference="grpo", success_margin=0.05)
-  c.env.kwargs = dict(game_params={"coin": "numLocations=9,includeDoors=0,numDistractorItems=0"},
+  c.env.kwargs = dict(game_params={"coin": f"numLocations={int(rooms)},includeDoors=0,numDistractorItems=0"},
                       env_step_limit=50, jvm_heap_mb=256)
   c.env.train_tasks, c.env.eval_tasks, c.env.max_turns = 64, 64, 40
   c.rl.eval_samples = 2

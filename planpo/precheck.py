@@ -20,8 +20,9 @@ PlanPO's response-length term A_S carries no length signal here (every response 
 length up to the action's own words): the pre-check asks about turns (A_E), not reply tokens.
 
 Output: workdir/precheck.json (every seed's per-rollout records) and precheck.txt: success, turns, turns among
-successes per method (mean over seeds), and the paired difference method - GRPO with a bootstrap interval over
-(seed, game) units (common.stats), `precheck.seeds` seeds (default 10), 64 test games x 2 rollouts each.
+successes per method (mean over seeds), and the paired difference method - GRPO with bootstrap intervals
+(common.stats) over (seed, game) units and over seeds (the training seed as the unit), `precheck.seeds` seeds
+(default 10), 64 test games x 2 rollouts each.
 """
 
 from __future__ import annotations
@@ -219,10 +220,11 @@ def _summary(eps: list[dict]) -> dict:
           "turns_success": float(np.mean([e["turns"] for e in s])) if s else float("nan")}
 
 
-def _paired(config, res, run, ref, metric):
+def _paired(config, res, run, ref, metric, *, by_seed: bool = False):
   """run - ref over (seed, game) units: each unit's mean over its rollouts (turns_success: over the successes;
-  units where either run has none are left out)."""
-  d = []
+  units where either run has none are left out). by_seed: each seed's mean over its games is one unit instead
+  (the training seed is a random factor: this interval also covers training-seed variance)."""
+  d, per_seed = [], []
   for seed in res[ref]:
     by = {}
     for which, r in ((0, run), (1, ref)):
@@ -230,9 +232,12 @@ def _paired(config, res, run, ref, metric):
         v = by.setdefault(e["task_id"], ([], []))
         if metric != "turns_success" or e["success"]:
           v[which].append(float(e["turns"] if metric.startswith("turns") else e[metric]))
-    d += [np.mean(a) - np.mean(b) for a, b in by.values() if a and b]
+    units = [np.mean(a) - np.mean(b) for a, b in by.values() if a and b]
+    d += units
+    if units:
+      per_seed.append(np.mean(units))
   st = config.stats
-  d = np.asarray(d)
+  d = np.asarray(per_seed if by_seed else d)
   return stats.paired_difference(d, np.zeros_like(d), confidence=float(st.confidence), resamples=int(st.resamples),
                                  method=str(st.method))
 
@@ -275,16 +280,23 @@ def run(config, workdir: str) -> dict:
     s = [_summary(v) for v in by_seed.values()]
     lines.append(f"{m:<20}" + "".join(f"{np.nanmean([x[k] for x in s]):>{w}.3f}"
                                       for k, w in (("success", 10), ("turns", 10), ("turns_success", 15))))
-  lines.append("paired difference run - grpo, 95% BCa over (seed, game) units")
-  for m in res:
-    if m == "grpo" or "grpo" not in res:
-      continue
-    cells = []
-    for k in ("success", "turns", "turns_success"):
-      d = _paired(cfg, res, m, "grpo", k)
-      cells.append(f"d {k} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
-    lines.append(f"{m:<20}" + "   ".join(cells))
-  text = f"code: commit {provenance.code_version()['commit']}\n" + "\n".join(lines)
+  pairs = [(m, "grpo") for m in res if m != "grpo" and "grpo" in res]
+  if "planpo" in res and "grpo_turn_penalty" in res:   # PlanPO against the simplest explanation of fewer turns
+    pairs.append(("planpo", "grpo_turn_penalty"))
+  for by_seed in (False, True):
+    unit = "seeds (each seed's mean over its games)" if by_seed else "(seed, game) units"
+    lines.append(f"paired difference, 95% BCa over {unit}")
+    for m, ref in pairs:
+      cells = []
+      for k in ("success", "turns", "turns_success"):
+        d = _paired(cfg, res, m, ref, k, by_seed=by_seed)
+        cells.append(f"d {k} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
+      lines.append(f"{m + ' - ' + ref:<30}" + "   ".join(cells))
+  ran = done.get("code", {}).get("commit") if done.get("runs") else None
+  ran = io.read_json(path).get("code", {}).get("commit", "?") if os.path.exists(path) else ran
+  now = provenance.code_version()["commit"]
+  text = (f"code: commit {now}" + (f" (rollouts and training from commit {ran})" if ran and ran != now else "")
+          + "\n" + "\n".join(lines))
   with open(os.path.join(workdir, "precheck.txt"), "w") as f:
     f.write(text + "\n")
   print(text, flush=True)

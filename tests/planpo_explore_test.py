@@ -256,7 +256,8 @@ class PrecheckTest(absltest.TestCase):
     self.assertEqual(set(res), {"bc", "grpo", "planpo", "grpo_turn_penalty"})
     self.assertLen(res["planpo"]["0"], config.env.eval_tasks * config.rl.eval_samples)
     text = open(os.path.join(root, "precheck.txt")).read()
-    self.assertIn("paired difference run - grpo", text)
+    self.assertIn("planpo - grpo_turn_penalty", text)
+    self.assertIn("95% BCa over seeds", text)
     # resumes: a second call trains nothing and gives the same records
     self.assertEqual(precheck.run(config, root), json.loads(json.dumps(res)))
 

@@ -42,6 +42,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   parts = [p for p in (arg or "").split(",") if p]
   if parts in (["explore"], ["explore_smoke"], ["explore_coin11"]):
     return explore(smoke=parts == ["explore_smoke"], rooms=11 if parts == ["explore_coin11"] else 9)
+  if any(p.startswith("explore") for p in parts):
+    raise ValueError(f"config variant {arg!r}: the explore variants do not combine with others; give one of "
+                     "'explore', 'explore_smoke', 'explore_coin11' alone")
   bad = [p for p in parts if p not in ("ablation", "smoke")]
   if bad:
     raise ValueError(f"unknown config variant {bad}; valid: '', 'ablation', 'smoke', 'ablation,smoke', 'explore', "

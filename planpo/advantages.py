@@ -183,7 +183,8 @@ def trajectory_advantages(rewards, success, group_ids, rollout_ids, *, num_group
   A_E(tau_i) = (R_E(tau_i) - mean_x R_E) / F_norm, F_norm = std_x + eps (norm 'std') or 1 ('none');
   statistics over the task's rollouts ('rollouts') or its turn rows ('turns'). A task whose rollouts
   all fail gets exactly 0; with exactly one success A_E equals GRPO's advantage of R (up to eps, the
-  scale of R_E cancelling); every success gets a larger A_E than every failure of its task.
+  scale of R_E cancelling); every success gets a larger A_E than every failure of its task (with `penalties`: while a
+  success's total penalty P_i stays below R).
   Config keys `planpo.stats_over`, `planpo.norm`, `planpo.eps`, `planpo.ddof`, `planpo.conditional`
   (see the module docstring; conditional = False gives GRPO(R) + GRPO(1 / T_i)).
 

@@ -51,6 +51,8 @@ class _Walker:
   """One episode's explorer state (module docstring)."""
 
   def __init__(self, kind: str, rng: np.random.Generator):
+    if kind not in EXPLORERS:
+      raise ValueError(f"unknown explorer {kind!r}; valid: {EXPLORERS} (config key `sft.explorers`)")
     self.kind, self.rng = kind, rng
     self.prev: str | None = None          # the previous move's direction
     self.entered: set[str] = set()

@@ -11,8 +11,9 @@ trains a bag-of-words policy: a linear softmax over the admissible actions of ea
     it came in by; into a room the episode has entered before; into one it has not), and the crosses
     (action, observation word) and (action, previous action).
 
-It starts from behaviour cloning on the same SFT data as the LM (the wins of the scripted explorers of
-`sft.explorers`, planpo.explorers), so it begins wasteful; then `precheck.steps` policy-gradient steps of
+It starts from behaviour cloning on the wins of the same scripted explorers as the LM's SFT data (`sft.explorers`,
+`sft.explorer_rollouts`, planpo.explorers; the same random streams [seed, 29, explorer, episode], so with seed 0,
+the LM's SFT seed, these are the same walks, replayed here to record the features), so it begins wasteful; then `precheck.steps` policy-gradient steps of
 `rl.tasks_per_step` games x `rl.rollouts_per_task` rollouts with the method's per-row advantage A:
   w += lr * Adam( sum_rows A_row * grad log pi(a_row | s_row) / rows ).
 On-policy (one update per batch), so no ratio or clip is needed; the reply is a fixed 'I will A.' text, so
@@ -28,6 +29,7 @@ successes per method (mean over seeds), and the paired difference method - GRPO 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import time
@@ -35,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+from common import config_util
 from common import io
 from common import provenance
 from common import stats
@@ -109,8 +112,9 @@ class LinearPolicy:
     if e not in self.memory:
       self.memory[e] = _Memory()
       self.rngs[e] = np.random.default_rng([self.seed, 37, e])
-      if self.teacher:
-        self.walkers[e] = explorers._Walker(self.teacher, np.random.default_rng([self.seed, 29, e]))
+      if self.teacher:   # the LM's SFT stream (planpo.explorers.Explorer): the same walks for the same seed
+        self.walkers[e] = explorers._Walker(self.teacher, np.random.default_rng(
+            [self.seed, 29, explorers.EXPLORERS.index(self.teacher), e]))
     info = dict(self.driver.worker_for(e).query("episode_info"))
     obs, adm = str(info.get("observation", "")), list(info.get("admissible_actions", []))
     if not adm:
@@ -242,11 +246,70 @@ def _paired(config, res, run, ref, metric, *, by_seed: bool = False):
                                  method=str(st.method))
 
 
+# Keys that only choose which seeds run or how the report summarises them: a workdir may resume with other values.
+REPORT_KEYS = ("precheck.seeds", "stats.")
+
+
+def check_config(config) -> None:
+  """The trainer's checks (planpo.train.check_config: sft.*, rl.*, gate.*, ...; comma lists split in place) and the
+  `precheck` node's: seeds, methods (RL runs of `variants`), steps >= 1, features >= 1, learning rates > 0,
+  bc_epochs >= 0.
+
+  Raises:
+    ValueError: naming the key (no `precheck` node: the config to use).
+  """
+  from planpo import train as planpo_train  # pylint: disable=g-import-not-at-top
+  if config.get("precheck", None) is None:
+    raise ValueError("the config has no `precheck` node; run the pre-check with --config=configs/planpo_twx.py:explore "
+                     "(or :explore_smoke)")
+  planpo_train.check_config(config)
+  pc = config.precheck
+  pc.seeds = config_util.seed_list(pc.seeds, key="precheck.seeds")
+  pc.methods = config_util.split_commas(pc.methods)
+  bad = [m for m in pc.methods if m not in config.variants]
+  if not pc.methods or bad:
+    raise ValueError(f"config `precheck.methods` must name RL runs of `variants` ({sorted(config.variants)}), got "
+                     f"{list(pc.methods)}")
+  for key in ("steps", "features"):
+    if isinstance(pc[key], bool) or not isinstance(pc[key], int) or pc[key] < 1:
+      raise ValueError(f"config `precheck.{key}` must be an integer >= 1, got {pc[key]!r}")
+  if isinstance(pc.bc_epochs, bool) or not isinstance(pc.bc_epochs, int) or pc.bc_epochs < 0:
+    raise ValueError(f"config `precheck.bc_epochs` must be an integer >= 0, got {pc.bc_epochs!r}")
+  for key in ("learning_rate", "bc_learning_rate"):
+    if not float(pc[key]) > 0.0:
+      raise ValueError(f"config `precheck.{key}` must be > 0, got {pc[key]!r}")
+
+
+def _training_keys(d: dict, prefix: str = "") -> dict:
+  """The flattened config without REPORT_KEYS (what a resumed pre-check must share with its saved seeds)."""
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if any(key == r or key.startswith(r) for r in REPORT_KEYS):
+      continue
+    out.update(_training_keys(v, key + ".") if isinstance(v, dict) else {key: v})
+  return out
+
+
 def run(config, workdir: str) -> dict:
-  """BC, then each method of `precheck.methods` per seed of `precheck.seeds`; writes precheck.{json,txt}."""
+  """BC, then each method of `precheck.methods` per seed of `precheck.seeds`; writes precheck.{json,txt}. Seeds
+  already in workdir/precheck.json are kept (resume) when the saved config's training keys equal these.
+
+  Raises:
+    ValueError: a bad config value (check_config), or a workdir whose saved seeds ran with other training keys.
+  """
+  check_config(config)
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, "precheck.json")
   done = io.read_json(path) if os.path.exists(path) else {"runs": {}}
+  if done.get("runs"):
+    old = _training_keys(done.get("config", {}))
+    new = _training_keys(json.loads(json.dumps(config.to_dict(), default=str)))
+    diff = sorted(k for k in set(old) | set(new) if k not in ("env.sandboxed", "rollout.max_response_tokens",
+                                                              "rollout.max_context_tokens") and old.get(k) != new.get(k))
+    if diff:
+      raise ValueError(f"{workdir} holds pre-check seeds run with other settings ({', '.join(diff[:6])}"
+                       f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the same settings")
   chat = chat_lib.ChatTemplate(traj_lib.ByteTokenizer())
   cfg = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") else config
   cfg.env.sandboxed = False
@@ -268,7 +331,11 @@ def run(config, workdir: str) -> dict:
       for m in cfg.precheck.methods:
         w = train(pool, w_bc, m, train_tasks, cfg, int(seed), chat)
         res.setdefault(m, {})[seed] = evaluate(pool, w, test, cfg, int(seed), chat)
-      io.write_json(path, {"code": provenance.code_version(), "config": cfg.to_dict(), "runs": res}, default=str)
+      codes = dict(done.get("codes", {}))
+      codes[seed] = provenance.code_version()["commit"]
+      done["codes"] = codes
+      io.write_json(path, {"code": provenance.code_version(), "codes": codes, "config": cfg.to_dict(), "runs": res},
+                    default=str)
       print(f"seed {seed}: " + ", ".join(f"{m} {_summary(res[m][seed])}" for m in res), flush=True)
   finally:
     pool.close()
@@ -285,17 +352,18 @@ def run(config, workdir: str) -> dict:
     pairs.append(("planpo", "grpo_turn_penalty"))
   for by_seed in (False, True):
     unit = "seeds (each seed's mean over its games)" if by_seed else "(seed, game) units"
-    lines.append(f"paired difference, 95% BCa over {unit}")
+    lines.append(f"paired difference, {int(float(cfg.stats.confidence) * 100)}% {cfg.stats.method} bootstrap "
+                 f"interval over {unit}")
     for m, ref in pairs:
       cells = []
       for k in ("success", "turns", "turns_success"):
         d = _paired(cfg, res, m, ref, k, by_seed=by_seed)
         cells.append(f"d {k} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]")
       lines.append(f"{m + ' - ' + ref:<30}" + "   ".join(cells))
-  ran = done.get("code", {}).get("commit") if done.get("runs") else None
-  ran = io.read_json(path).get("code", {}).get("commit", "?") if os.path.exists(path) else ran
+  saved = io.read_json(path) if os.path.exists(path) else {}
+  ran = sorted(set(saved.get("codes", {}).values())) or [saved.get("code", {}).get("commit", "?")]
   now = provenance.code_version()["commit"]
-  text = (f"code: commit {now}" + (f" (rollouts and training from commit {ran})" if ran and ran != now else "")
+  text = (f"code: commit {now}" + (f" (rollouts and training from commit {', '.join(ran)})" if ran != [now] else "")
           + "\n" + "\n".join(lines))
   with open(os.path.join(workdir, "precheck.txt"), "w") as f:
     f.write(text + "\n")
@@ -305,7 +373,12 @@ def run(config, workdir: str) -> dict:
 
 def main(argv):
   del argv
+  import sys  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
+  try:
+    check_config(flags.FLAGS.config)
+  except ValueError as e:   # a bad value: one line, before anything is written
+    sys.exit(f"FATAL {e}")
   run(flags.FLAGS.config, flags.FLAGS.workdir)
 
 

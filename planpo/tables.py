@@ -103,6 +103,9 @@ def primary(config, results: dict, label: str) -> str | None:
   ds = paired(config, results, p.run, p.reference, label, "success")
   dr = paired(config, results, p.run, p.reference, label, "response_tokens")
   margin = float(p.success_margin)
+  if dt.n == 0:
+    return (f"PRIMARY (named before the run): {p.run} - {p.reference} on '{label}': no task has a success in both "
+            f"runs, so turns among successes cannot be compared: no verdict.")
   shorter, kept = dt.high < 0, ds.low >= -margin
   verdict = ("cut turns among successes at no loss of success" if shorter and kept else
              "cut turns among successes, but success may have dropped by more than the margin" if shorter else

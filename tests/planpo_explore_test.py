@@ -240,6 +240,37 @@ class GateTest(absltest.TestCase):
     config.sft.source = "hindsight"
     with self.assertRaisesRegex(ValueError, "sft.source"):
       train.check_config(config)
+    for key, value, msg in (("run", "nope", "primary.run"), ("reference", "nope", "primary.reference"),
+                            ("success_margin", -1.0, "primary.success_margin")):
+      config = planpo_twx.get_config("explore")
+      config.primary[key] = value
+      with self.assertRaisesRegex(ValueError, msg):
+        train.check_config(config)
+    config = planpo_twx.get_config("explore")
+    config.gate.split = "train"
+    with self.assertRaisesRegex(ValueError, "gate.split.*training split"):
+      train.check_config(config)
+    with self.assertRaisesRegex(ValueError, "do not combine"):
+      planpo_twx.get_config("explore,smoke")
+
+  @pytest.mark.fast
+  def test_precheck_config_is_checked(self):
+    with self.assertRaisesRegex(ValueError, "no `precheck` node.*:explore"):
+      precheck.check_config(planpo_twx.get_config("smoke"))
+    for key, value, msg in (("methods", ("nope",), "precheck.methods"), ("steps", 0, "precheck.steps"),
+                            ("learning_rate", 0.0, "precheck.learning_rate"), ("seeds", (0, 0), "precheck.seeds")):
+      config = planpo_twx.get_config("explore")
+      config.precheck[key] = value
+      with self.assertRaisesRegex(ValueError, msg):
+        precheck.check_config(config)
+    config = planpo_twx.get_config("explore")
+    config.sft.explorers = ("oracle",)
+    with self.assertRaisesRegex(ValueError, "sft.explorers"):
+      precheck.check_config(config)
+    config = planpo_twx.get_config("explore")
+    config.precheck.methods = ("grpo,planpo",)   # what the flag --config.precheck.methods=grpo,planpo gives
+    precheck.check_config(config)
+    self.assertEqual(tuple(config.precheck.methods), ("grpo", "planpo"))
     self.assertTrue(issubclass(stages.RegimeGateFailed, RuntimeError))
 
 
@@ -257,9 +288,13 @@ class PrecheckTest(absltest.TestCase):
     self.assertLen(res["planpo"]["0"], config.env.eval_tasks * config.rl.eval_samples)
     text = open(os.path.join(root, "precheck.txt")).read()
     self.assertIn("planpo - grpo_turn_penalty", text)
-    self.assertIn("95% BCa over seeds", text)
+    self.assertIn("95% BCa bootstrap interval over seeds", text)
     # resumes: a second call trains nothing and gives the same records
     self.assertEqual(precheck.run(config, root), json.loads(json.dumps(res)))
+    # a resume with other training settings is refused (the saved seeds would be mixed with new ones)
+    config.precheck.steps = 5
+    with self.assertRaisesRegex(ValueError, "other settings.*precheck.steps"):
+      precheck.run(config, root)
 
   @pytest.mark.fast
   def test_features_mark_backtracks_and_entered_rooms(self):

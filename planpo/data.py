@@ -94,7 +94,8 @@ def _detour(admissible: Sequence[str], gold_next: str, rng, harmless: Sequence[s
 
 
 class _RecordingChat(chat_lib.ChatTemplate):
-  """A ChatTemplate that remembers the user message of the last prompt it rendered."""
+  """A ChatTemplate that remembers the user message of the last prompt it rendered (`last_user_text`) and of
+  every prompt, by its token ids (`texts`: episodes the driver runs side by side, planpo.explorers)."""
 
   last_user_text = ""
 
@@ -104,11 +105,14 @@ class _RecordingChat(chat_lib.ChatTemplate):
     base = chat if isinstance(chat, chat_lib.ChatTemplate) else chat_lib.ChatTemplate(chat)
     rec = object.__new__(cls)
     rec.__dict__.update(vars(base))
+    rec.texts = {}
     return rec
 
   def prompt_ids(self, messages, tools=None):
     self.last_user_text = str(messages[-1]["content"])
-    return super().prompt_ids(messages, tools)
+    ids = super().prompt_ids(messages, tools)
+    self.texts[tuple(ids)] = self.last_user_text
+    return ids
 
 
 class _GoldScript:

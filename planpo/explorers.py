@@ -32,7 +32,6 @@ from typing import Sequence
 
 import numpy as np
 
-from common import chat as chat_lib
 from common import rollout as rollout_lib
 from common import trajectory as traj_lib
 from common.envs.twx_env import OPPOSITE, location
@@ -84,23 +83,6 @@ class _Walker:
     d = moves[int(self.rng.integers(len(moves)))]
     self.prev = d
     return f"move {d}"
-
-
-class _TextRecorder(chat_lib.ChatTemplate):
-  """A ChatTemplate that remembers the user message of every prompt it rendered, by its token ids."""
-
-  @classmethod
-  def like(cls, chat) -> "_TextRecorder":
-    base = chat if isinstance(chat, chat_lib.ChatTemplate) else chat_lib.ChatTemplate(chat)
-    rec = object.__new__(cls)
-    rec.__dict__.update(vars(base))
-    rec.texts = {}
-    return rec
-
-  def prompt_ids(self, messages, tools=None):
-    ids = super().prompt_ids(messages, tools)
-    self.texts[tuple(ids)] = str(messages[-1]["content"])
-    return ids
 
 
 class Explorer:
@@ -159,7 +141,7 @@ def explorer_episodes(pool, task_ids: Sequence[str], *, config, seed: int, chat=
     RuntimeError: an episode ended 'env_error' (a crashed or hung worker); the message has the driver's reason.
   """
   from planpo import data  # pylint: disable=g-import-not-at-top
-  rec = _TextRecorder.like(chat if chat is not None else traj_lib.ByteTokenizer())
+  rec = data._RecordingChat.like(chat if chat is not None else traj_lib.ByteTokenizer())
   s = config.sft
   think = (int(s.think_min_sentences), int(s.think_max_sentences))
   k = int(s.get("explorer_rollouts", 1))

@@ -47,6 +47,7 @@ from common import rollout as rollout_lib
 from common.envs.twx_env import OPPOSITE, location
 from planpo import explorers
 from planpo import rollouts
+from planpo import tables
 
 METHODS = ("grpo", "planpo", "grpo_turn_penalty")
 _WORD = re.compile(r"[a-z]+")
@@ -159,12 +160,6 @@ class _Adam:
     w += self.lr * mh / (np.sqrt(vh) + 1e-8)
 
 
-def _play(pool, policy, tasks, config, group_size: int, seed: int):
-  driver_trajs = rollouts.run_rollouts(pool, policy, policy._scripted.chat, tasks, config=config,
-                                       group_size=group_size, seed=seed)
-  return driver_trajs
-
-
 def behaviour_clone(pool, tasks, config, seed: int, chat) -> np.ndarray:
   """w after `precheck.bc_epochs` passes of softmax regression on the explorers' winning episodes."""
   pc = config.precheck
@@ -172,7 +167,8 @@ def behaviour_clone(pool, tasks, config, seed: int, chat) -> np.ndarray:
   data = []
   for kind in tuple(config.sft.explorers):
     pol = LinearPolicy(w, chat, seed, teacher=kind)
-    trajs = _play(pool, pol, tasks, config, int(config.sft.explorer_rollouts), seed)
+    trajs = rollouts.run_rollouts(pool, pol, chat, tasks, config=config, group_size=int(config.sft.explorer_rollouts),
+                                   seed=seed)
     for t in trajs:
       if t.success:
         data += [pol.records[(t.episode, k)] for k in range(len(t.turns)) if (t.episode, k) in pol.records]
@@ -198,7 +194,7 @@ def train(pool, w0: np.ndarray, method: str, train_tasks, config, seed: int, cha
     rng = np.random.default_rng([seed, 17, step])
     tasks = [train_tasks[i] for i in rng.choice(len(train_tasks), n, replace=n > len(train_tasks))]
     pol = LinearPolicy(w, chat, seed * 1000 + step)
-    trajs = _play(pool, pol, tasks, rc, g_size, step)
+    trajs = rollouts.run_rollouts(pool, pol, chat, tasks, config=rc, group_size=g_size, seed=step)
     b = rollouts.collate(trajs, pad_id=0)
     adv = np.asarray(planpo_train.compute_advantages(m, b, config=rc, num_groups=n, num_rollouts=n * g_size,
                                                      step=step)["advantages"])
@@ -214,14 +210,14 @@ def train(pool, w0: np.ndarray, method: str, train_tasks, config, seed: int, cha
 def evaluate(pool, w, tasks, config, seed: int, chat) -> list[dict]:
   """`rl.eval_samples` sampled rollouts per task: planpo.rollouts.episode_record each."""
   pol = LinearPolicy(w, chat, 10_000 + seed)
-  trajs = _play(pool, pol, tasks, config, int(config.rl.eval_samples), 0)
+  trajs = rollouts.run_rollouts(pool, pol, chat, tasks, config=config, group_size=int(config.rl.eval_samples),
+                                 seed=0)
   return [rollouts.episode_record(t) for t in trajs]
 
 
 def _summary(eps: list[dict]) -> dict:
-  s = [e for e in eps if e["success"]]
   return {"success": float(np.mean([e["success"] for e in eps])), "turns": float(np.mean([e["turns"] for e in eps])),
-          "turns_success": float(np.mean([e["turns"] for e in s])) if s else float("nan")}
+          "turns_success": tables.turns_among_successes(eps)}
 
 
 def _paired(config, res, run, ref, metric, *, by_seed: bool = False):

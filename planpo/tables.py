@@ -36,6 +36,13 @@ def _values(episodes, metric) -> list[float]:
   return [float(e[metric]) for e in episodes]
 
 
+def turns_among_successes(episodes) -> float:
+  """Mean turns of the successful rollouts among `episodes` (planpo.rollouts.episode_record dicts); NaN when none
+  succeeded."""
+  t = _values(episodes, "turns_success")
+  return float(np.mean(t)) if t else float("nan")
+
+
 def _seed_means(results, run, label, metric) -> list[float]:
   out = []
   for s in sorted(results[run]):

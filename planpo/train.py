@@ -546,18 +546,19 @@ def evaluate(config, policy: stages.Policy, params, pool, eval_sets: dict[str, l
   return out
 
 
-def _turns_of_successes(episodes) -> float:
-  t = [e["turns"] for e in episodes if e["success"]]
-  return float(np.mean(t)) if t else float("nan")
+def _gate_dir(config, workdir: str, seed: int) -> str:
+  """The regime gate's folder of seed `seed`'s SFT policy: workdir/gate with `sft.shared`, else
+  workdir/seed_<seed>/gate."""
+  return os.path.join(workdir, "gate") if config.sft.get("shared", False) else os.path.join(workdir, f"seed_{seed}",
+                                                                                              "gate")
 
 
 def _saved_gates(config, workdir: str) -> dict[int, dict]:
-  """SFT seed -> gate.json of the regime gates this workdir holds (workdir/gate with `sft.shared`, else
-  workdir/seed_<s>/gate)."""
+  """SFT seed -> gate.json of the regime gates this workdir holds (`_gate_dir`)."""
   out = {}
   shared = bool(config.sft.get("shared", False))
   for s in ([int(config.seeds[0])] if shared else [int(s) for s in config.seeds]):
-    p = os.path.join(workdir, "gate" if shared else f"seed_{s}/gate", "gate.json")
+    p = os.path.join(_gate_dir(config, workdir, s), "gate.json")
     if os.path.exists(p):
       out[s] = io.read_json(p)
   return out
@@ -586,9 +587,9 @@ def regime_gate(config, policy: stages.Policy, sft_params, pool, tasks: Sequence
   sft_eps = evaluate(config, policy, sft_params, pool, sets, os.path.join(games, "sft"), seed)["gate"]["episodes"]
   ref_eps = evaluate(config, policy, None, pool, sets, os.path.join(games, str(g.reference)), seed,
                      scripted=str(g.reference))["gate"]["episodes"]
-  out = {"sft_success": float(np.mean([e["success"] for e in sft_eps])), "sft_turns": _turns_of_successes(sft_eps),
+  out = {"sft_success": float(np.mean([e["success"] for e in sft_eps])), "sft_turns": tables.turns_among_successes(sft_eps),
          "reference_success": float(np.mean([e["success"] for e in ref_eps])),
-         "reference_turns": _turns_of_successes(ref_eps)}
+         "reference_turns": tables.turns_among_successes(ref_eps)}
   out["ratio"] = out["sft_turns"] / out["reference_turns"] if out["reference_turns"] > 0 else float("nan")
   ok_success = out["sft_success"] >= float(g.min_success)
   ok_waste = bool(float(g.min_turn_ratio) <= 0.0 or (np.isfinite(out["ratio"])
@@ -722,8 +723,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
         pending_rl = [r for r in config.runs if r not in tables.SCRIPTED_RUNS + ("sft",)
                       and not os.path.exists(os.path.join(sd, r, "eval.json"))]
         if gate_tasks and pending_rl:   # printed before any RL of this SFT policy; stops the run if it fails
-          gd = os.path.join(workdir, "gate") if shared else os.path.join(sd, "gate")
-          regime_gate(config, policy, sft_params, pool, gate_tasks, gd, sft_seed)
+          regime_gate(config, policy, sft_params, pool, gate_tasks, _gate_dir(config, workdir, sft_seed), sft_seed)
       for name in config.runs:
         rd = os.path.join(sd, name)
         if name in tables.SCRIPTED_RUNS:

@@ -137,10 +137,10 @@ def main(argv):
   logging.getLogger("absl").setLevel(logging.WARNING)
   workdir = os.path.abspath(_WORKDIR.value)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ValueError(f"--workdir {workdir} is a file; give a folder (it is created if missing)")
+    sys.exit(f"FATAL --workdir {workdir} is a file; give a folder (it is created if missing)")
   if _DATA_DIR.value:
     if "data" not in config:
-      raise ValueError(f"--data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
+      sys.exit(f"FATAL --data_dir applies to TRAJECT-Bench configs; config.method={config.method!r} has no data")
     with config.unlocked():
       config.data.path = _DATA_DIR.value
   config_util.split_list_overrides(config)

@@ -287,12 +287,17 @@ def _training_keys(d: dict, prefix: str = "") -> dict:
   return out
 
 
+class WorkdirMismatch(ValueError):
+  """The pre-check's workdir holds seeds run with other training keys (run refuses to mix them)."""
+
+
 def run(config, workdir: str) -> dict:
   """BC, then each method of `precheck.methods` per seed of `precheck.seeds`; writes precheck.{json,txt}. Seeds
   already in workdir/precheck.json are kept (resume) when the saved config's training keys equal these.
 
   Raises:
-    ValueError: a bad config value (check_config), or a workdir whose saved seeds ran with other training keys.
+    ValueError: a bad config value (check_config).
+    WorkdirMismatch: a workdir whose saved seeds ran with other training keys (nothing in it is changed).
   """
   check_config(config)
   os.makedirs(workdir, exist_ok=True)
@@ -304,8 +309,8 @@ def run(config, workdir: str) -> dict:
     diff = sorted(k for k in set(old) | set(new) if k not in ("env.sandboxed", "rollout.max_response_tokens",
                                                               "rollout.max_context_tokens") and old.get(k) != new.get(k))
     if diff:
-      raise ValueError(f"{workdir} holds pre-check seeds run with other settings ({', '.join(diff[:6])}"
-                       f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the same settings")
+      raise WorkdirMismatch(f"{workdir} holds pre-check seeds run with other settings ({', '.join(diff[:6])}"
+                            f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the same settings")
   chat = chat_lib.ChatTemplate(traj_lib.ByteTokenizer())
   cfg = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") else config
   cfg.env.sandboxed = False
@@ -371,11 +376,17 @@ def main(argv):
   del argv
   import sys  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
+  workdir = flags.FLAGS.workdir
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    sys.exit(f"FATAL --workdir {workdir} is a file; give a folder (it is created if missing)")
   try:
     check_config(flags.FLAGS.config)
   except ValueError as e:   # a bad value: one line, before anything is written
     sys.exit(f"FATAL {e}")
-  run(flags.FLAGS.config, flags.FLAGS.workdir)
+  try:
+    run(flags.FLAGS.config, workdir)
+  except WorkdirMismatch as e:   # a workdir of other settings: one line; its saved seeds are kept
+    sys.exit(f"FATAL {e}")
 
 
 if __name__ == "__main__":

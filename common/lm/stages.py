@@ -9,7 +9,8 @@ ProgAgent's; its `sft` keys come from configs/schema.py `sft_config`).
 
 The `model` config node (configs/schema.py `model_config`) has the same keys in every method:
   checkpoint   'tiny:<family>' (a tiny random checkpoint written into `cache_dir`, tokenizer trained on the
-               corpus the method gives) or a local Hugging Face checkpoint folder
+               corpus the method gives), a local Hugging Face checkpoint folder, or 'gguf:PATH' / 'gguf:smollm2'
+               (a GGUF file converted once into `cache_dir`, common.lm.gguf_checkpoints)
   cache_dir    where tiny checkpoints are written ('' = $AGENTIC_RL_CACHE, else ~/.cache/agentic-rl-jax)
   tiny_vocab, tiny_sizes   a tiny checkpoint's vocabulary and shapes (common.lm.testing.make_tiny_checkpoint)
   dtype, param_dtype, remat, attention_impl, attention_chunk, logits_chunk   common.lm.config.ModelConfig

@@ -102,6 +102,44 @@ def detect_format(tokenizer) -> str:
                    "Llama-3); set chat.format to 'qwen', 'llama3' or 'fallback'")
 
 
+def _call_text(call: dict, fmt: str) -> str:
+  """One tool call written the way `fmt` reads it (common.tool_calls.CALL_SYNTAX)."""
+  args = call.get("arguments") or {}
+  if isinstance(args, str):
+    try:
+      args = json.loads(args)
+    except ValueError:
+      pass
+  if fmt == "llama3":
+    return json.dumps({"name": call["name"], "parameters": args}, ensure_ascii=False)
+  return "<tool_call>\n" + json.dumps({"name": call["name"], "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+
+
+def _inline_tool_turns(msgs: list[dict], fmt: str) -> list[dict]:
+  """Messages for a chat template that knows no tools (e.g. SmolLM2's plain ChatML), which would drop an
+  assistant's `tool_calls` and print a 'tool' role it has no convention for: each call is appended to the
+  assistant's text in the format's own syntax (what the model is asked to write, and what parse reads back), and
+  results become what Qwen2.5's template renders: one user message of <tool_response> blocks per run of tool
+  messages ('qwen'), or the 'ipython' role ('llama3')."""
+  out: list[dict] = []
+  for m in msgs:
+    if m["role"] == "assistant" and m.get("tool_calls"):
+      calls = "\n".join(_call_text(c["function"], fmt) for c in m["tool_calls"])
+      m = {k: v for k, v in m.items() if k != "tool_calls"}
+      m["content"] = (m["content"] + "\n" if m["content"] else "") + calls
+    elif m["role"] == "tool":
+      if fmt == "llama3":
+        m = {"role": "ipython", "content": m["content"]}
+      else:
+        block = "<tool_response>\n" + m["content"] + "\n</tool_response>"
+        if out and out[-1].get("_tool_results"):
+          out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + block}
+          continue
+        m = {"role": "user", "content": block, "_tool_results": True}
+    out.append(m)
+  return [{k: v for k, v in m.items() if k != "_tool_results"} for m in out]
+
+
 class ChatTemplate:
   """A tokenizer's chat format for multi-turn tool use (see the module docstring).
 
@@ -180,6 +218,8 @@ class ChatTemplate:
              add_generation_prompt: bool) -> str:
     """The template's text for `messages` (native formats only). tools: MCP or OpenAI tool dicts."""
     msgs = [self._clean(m) for m in messages]
+    if not self.template_has_tools:   # calls and results as text the plain template keeps (_inline_tool_turns)
+      msgs = _inline_tool_turns(msgs, self.format)
     tools = tool_schemas(tools) if tools else None
     if tools and not self.template_has_tools:   # a template that ignores tools: list them in the system text
       note = "# Tools\n" + "\n".join(json.dumps(t["function"]) for t in tools) + (

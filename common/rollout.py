@@ -175,6 +175,9 @@ class RolloutDriver:
     reward_fn: Trajectory -> float (default `default_reward`); env_error episodes get 0.0.
     system_prompt: the system message: a str, a function of the environment's MCP tool list, or None
       (ChatTemplate.default_system; mode 'window': common.windowed.prompt_ids says which).
+    demonstration: few-shot messages (OpenAI format: a 'user' instruction, 'assistant' replies with
+      'tool_calls', 'tool' results, ...) placed between the system message and the episode's first observation
+      in every first prompt (prompt tokens, never the policy's); mode 'chat' only. Default: none.
   Attributes:
     stats: after run(): episodes, wall_s, env_steps, tool_calls, parse_errors, truncated_responses,
       policy_calls, policy_s, restarts, terminations (count per TERMINATIONS entry), invalid_actions.
@@ -183,7 +186,8 @@ class RolloutDriver:
   def __init__(self, pool: WorkerPool, policy: Policy, chat: ChatTemplate | traj_lib.Tokenizer, *,
                config: RolloutConfig = RolloutConfig(),
                reward_fn: Callable[[traj_lib.Trajectory], float] = default_reward,
-               system_prompt: str | Callable[[list[dict]], str] | None = None):
+               system_prompt: str | Callable[[list[dict]], str] | None = None,
+               demonstration: Sequence[dict] = ()):
     if config.on_truncated_response not in ("continue", "end"):
       raise ValueError(f"on_truncated_response must be 'continue' or 'end', got {config.on_truncated_response!r}")
     if config.seed_mode not in ("episode", "task", "fixed"):
@@ -191,6 +195,12 @@ class RolloutDriver:
     if config.mode not in ("chat", "window"):
       raise ValueError(f"mode must be 'chat' or 'window', got {config.mode!r}")
     self.windowed = config.mode == "window"
+    self.demonstration = [dict(m) for m in demonstration]
+    if self.demonstration and self.windowed:
+      raise ValueError("a demonstration (few-shot messages) needs mode 'chat'; mode 'window' re-renders every prompt")
+    bad = [m.get("role") for m in self.demonstration if m.get("role") not in ("user", "assistant", "tool")]
+    if bad:
+      raise ValueError(f"demonstration messages must have role 'user', 'assistant' or 'tool', got {bad}")
     self.pool = pool
     self.policy = policy
     self.chat = _as_chat(chat)
@@ -379,7 +389,7 @@ class RolloutDriver:
     if callable(system):
       system = system(tools)
     msgs = [{"role": "system", "content": self.chat.default_system if system is None else system},
-            {"role": "user", "content": self._clip(observation)}]
+            *self.demonstration, {"role": "user", "content": self._clip(observation)}]
     return self.chat.prompt_ids(msgs, tool_schemas(tools))
 
   def _episode_info(self, i: int) -> dict | None:

@@ -27,6 +27,11 @@ minutes on 2 cores. On a GPU, give it a real checkpoint and teacher data and tur
   --config.model.checkpoint=/path/to/Qwen3-8B --config.sft.teacher_jsonl=teacher_all_modes.jsonl \
   --config.gspo.steps=150 --config.model.dtype=bfloat16 --config.env.max_context_tokens=32768
 
+The few-shot table, `:paradigms_fewshot` (C1; paradigms_fewshot below): the pretrained SmolLM2-135M-Instruct
+(`gguf:smollm2`), no training, one demonstration per prompt, DTC and PTC at v0..v3 within its 8k window:
+
+  python -m experiments.train --config=configs/progagent.py:paradigms_fewshot --workdir=runs/progagent_fewshot
+
 Scale (the `model` / `optim` / `mesh` keys of configs/schema.py): `mesh.shape` is the (data, fsdp, tensor) mesh of the updates ((1, 1, 1) =
 one device, the default; e.g. --config.mesh.shape=-1,1,1 for data parallelism over every device, 1,-1,1 for
 ZeRO-3-style parameter sharding); `model.remat` ('full', 'dots', ...) checkpoints each layer's activations;
@@ -81,11 +86,15 @@ def default_config() -> ml_collections.ConfigDict:
                 filter_from_teacher=True, filter_k=8, filter_stat="pass_at_k", filter_low=0.0, filter_high=0.8)
   # held-out evaluation after training (progagent.evaluation): seeds disjoint from every training seed
   c.eval = dict(enabled=True, seeds=(1000, 1001, 1002), levels=(0, 1, 2, 3), samples=8, k=(1, 8), temperature=1.0,
-                tasks=())      # tasks: () = the training tasks
+                tasks=(), batch_instances=0)   # tasks: () = the training tasks; batch_instances: instances per
+                                               # sampler batch (its KV cache holds them x samples rows; 0 = all)
   c.stats = dict(confidence=0.95, resamples=10_000)
   # paradigms: harnesses trained and evaluated one after the other with the same budget (workdir/<mode>/),
   # then the paradigm table (results_paradigms.txt/.json); () = one run of `mode`
-  c.paradigms = dict(modes=())
+  c.paradigms = dict(modes=(), zero_rows=False)   # zero_rows: also the rows that must score 0 (no call; seed-0 answer)
+  # fewshot: one demonstration (the oracle episode of `task` at `level`, environment seed `seed`) between the
+  # system message and the instruction of every evaluation prompt; task '' = none (progagent.evaluation)
+  c.fewshot = dict(task="", level=0, seed=0)
   c.checkpoint = dict(every=10, max_to_keep=2)
   c.logging = dict(every=1, tensorboard=True, save_rollouts=True)
   return c
@@ -179,8 +188,66 @@ def paradigms() -> ml_collections.ConfigDict:
   return c
 
 
+# C1 (issue 26): tasks whose DTC oracle reads one tool result at v0 (one data call, then the answer), whose
+# rendered v0 DTC context is at most 4k tokens of SmolLM2's tokenizer (the demonstration and the replies fit the
+# 8k window) and whose DTC context at v3 is at least 1.5x that at v0 (`python -m progagent.context_cost
+# --tokenizer gguf:smollm2 --seeds 1000`); devops/oldest_open_bug is tagged paging. The demonstration task
+# (FEWSHOT_TASK, the same rule but a context that does not grow) is not among them.
+FEWSHOT_TASKS = ("insurance/auto_premiums_july", "sports/veteran_keeper_salary", "museum/on_display_2023_value",
+                 "restaurant/oversized_parties", "rentals/unpaid_june", "pharmacy/controlled_stock_value",
+                 "sports/penalty_specialists", "realestate/cheapest_porto_3bed", "realestate/lisbon_price_per_sqm",
+                 "pharmacy/controlled_units_june", "devops/oldest_open_bug")
+FEWSHOT_TASK = "library/morland_copies"
+
+
+def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
+  """C1: the pretrained SmolLM2-135M-Instruct (gguf:smollm2, float32), no training, one-shot.
+
+  Each harness (DTC, PTC) is evaluated on FEWSHOT_TASKS at v0..v3 on held-out seeds 1000-1001, 2 samples at
+  temperature 0.7 (pass@1 with 95% intervals over (task, seed) instances, pass@2), every prompt holding one
+  demonstration (the FEWSHOT_TASK oracle episode at v0, seed 0) in the harness's native tool-call format
+  (ChatML with Hermes <tool_call> JSON: SmolLM2's template is ChatML). The context window is the model's 8,192
+  tokens; an episode that outgrows it ends 'length_limit' (the overflow column). Beside them, the rows that
+  must score 0: no call, and the seed-0 answer. `smoke` (tests): 2 tasks, v0 and v1, one seed, 96-token replies.
+  """
+  c = default_config()
+  c.paradigms.modes = ("dtc", "ptc")
+  c.paradigms.zero_rows = True
+  c.tasks = FEWSHOT_TASKS
+  c.fewshot = dict(task=FEWSHOT_TASK, level=0, seed=0)
+  c.runtime = "inprocess"          # the demonstration's and the policy's programs; 'sandboxed' for the kernel
+  c.model.checkpoint = "gguf:smollm2"
+  c.model.dtype = "float32"
+  c.model.param_dtype = "float32"
+  c.sft.enabled = False
+  c.gspo.steps = 0
+  c.gspo.generate_batch_size = 8
+  c.gspo.kv_reuse = True
+  c.env.max_turns = 6
+  c.env.max_context_tokens = 8192
+  c.env.max_response_tokens = 384
+  c.lengths.buckets = (2048, 4096, 6144, 8192)
+  c.eval.seeds = (1000, 1001)
+  c.eval.levels = (0, 1, 2, 3)
+  c.eval.samples = 2
+  c.eval.k = (1, 2)
+  c.eval.temperature = 0.7
+  c.eval.batch_instances = 4       # 8 rows of an 8k KV cache at a time (about 6 GB in float32)
+  c.checkpoint.every = 50
+  c.logging.tensorboard = False
+  if smoke:
+    c.tasks = FEWSHOT_TASKS[:2]
+    c.eval.seeds = (1000,)
+    c.eval.levels = (0, 1)
+    c.env.max_turns = 3
+    c.env.max_response_tokens = 96
+  return c
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variants = {"": default_config, "smoke": smoke, "paradigms": paradigms}
+  variants = {"": default_config, "smoke": smoke, "paradigms": paradigms, "paradigms_fewshot": paradigms_fewshot,
+              "paradigms_fewshot_smoke": lambda: paradigms_fewshot(smoke=True)}
   if (arg or "") not in variants:
-    raise ValueError(f"unknown config variant {arg!r}; valid: '' (the published setting), 'smoke', 'paradigms'")
+    raise ValueError(f"unknown config variant {arg!r}; valid: '' (the published setting), 'smoke', 'paradigms', "
+                     "'paradigms_fewshot', 'paradigms_fewshot_smoke'")
   return variants[arg or ""]()

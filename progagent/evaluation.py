@@ -19,7 +19,13 @@ unit is one (task, level, seed) instance with c successes out of n; per level:
   programs, loop / branch / try shares   over every programmatic_tool_call program of the level's episodes:
                 the share whose syntax tree holds a loop (for, while, a comprehension), a branch (if, a
                 conditional expression) or a try statement (program_features); programs that do not parse
-                count in the total and in none of the shares.
+                count in the total and in none of the shares;
+  overflow      the share of episodes ended by the context window (termination 'length_limit',
+                `env.max_context_tokens`): a recorded ending, scored by the verifier like any other.
+Few-shot (config `fewshot.task` set; e.g. configs/progagent.py:paradigms_fewshot): every first prompt holds one
+demonstration between the system message and the instruction: the oracle episode of `fewshot.task` at level
+`fewshot.level`, seed `fewshot.seed`, under the harness being evaluated (its native tool-call format;
+demonstration). Rows that must score 0 (zero_rows): 'no call' and 'seed-0 answer'.
 """
 
 from __future__ import annotations
@@ -81,32 +87,104 @@ def eval_config(config, mode: str) -> ml_collections.ConfigDict:
   return c
 
 
+def demonstration(config, mode: str, *, cache_dir: str | None = None) -> list[dict]:
+  """The one-shot demonstration of harness `mode` (config `fewshot`): the oracle episode of `fewshot.task` at
+  level `fewshot.level` on environment seed `fewshot.seed` (a training seed: check_config keeps it out of
+  eval.seeds), its messages after the system message (instruction, calls in the harness's tools, results cut
+  to `env.max_observation_chars` as the driver cuts them). [] when `fewshot.task` is empty.
+
+  Raises:
+    RuntimeError: the oracle does not pass that instance (a demonstration must be right).
+  """
+  fs = config.get("fewshot", None)
+  if fs is None or not fs.get("task", ""):
+    return []
+  from progagent import sft_data  # pylint: disable=g-import-not-at-top
+  conv = sft_data.oracle_conversations([str(fs.task)], modes=(mode,), scales=(int(fs.level),),
+                                       seeds=(int(fs.seed),), cache_dir=cache_dir)[0]
+  if conv["reward"] < 1.0:
+    raise RuntimeError(f"config `fewshot.task` {fs.task!r}: its {mode} oracle fails at level {fs.level}, seed "
+                       f"{fs.seed}; choose another demonstration task")
+  out = []
+  for m in conv["messages"]:
+    if m["role"] == "system":
+      continue
+    m = dict(m)
+    if m["role"] == "tool":
+      m["content"] = sft_data.clip_observation(str(m["content"]), int(config.env.max_observation_chars))
+    out.append(m)
+  return out
+
+
+def zero_rows(task_ids: Sequence[str], levels: Sequence[int], seeds: Sequence[int], *,
+              cache_dir: str | None = None) -> dict[str, dict[int, dict]]:
+  """Two policies that must score 0 on every held-out instance, per level: 'no call' (a reply without a tool
+  call ends the episode: the verifier on the untouched instance) and 'seed-0 answer' (the task's answer at the
+  same level on environment seed 0, a training seed, submitted at once: what a policy that memorised its
+  training instance gives; a task with a state check replays seed 0's DTC oracle calls instead,
+  progagent.audit.carries_over).
+
+  Returns:
+    {row: {level: {'pass@1': mean over (task, seed) units, 'units': n}}}.
+  """
+  from progagent import audit  # pylint: disable=g-import-not-at-top
+  from progagent.task_env import ProgTaskEnv  # pylint: disable=g-import-not-at-top
+  out: dict[str, dict[int, dict]] = {"no call": {}, "seed-0 answer": {}}
+  for lvl in levels:
+    wins = {"no call": [], "seed-0 answer": []}
+    for tid in task_ids:
+      env = ProgTaskEnv(tid, lvl, cache_dir=cache_dir)
+      try:
+        harness.run_oracle(env, "ptc", seed=0)
+        reference = {"answer": env.submitted_answer}
+        ep = harness.run_oracle(env, "dtc", seed=0)
+        reference["dtc_calls"] = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                                  for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+        for seed in seeds:
+          env.reset(tid, int(seed))
+          wins["no call"].append(float(env.verify() == 1))
+          wins["seed-0 answer"].append(float(audit.carries_over(env, reference, int(seed))))
+      finally:
+        env.close()
+    for row, v in wins.items():
+      out[row][int(lvl)] = {"pass@1": float(np.mean(v)) if v else float("nan"), "units": len(v)}
+  return out
+
+
 def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: str, key: jax.Array,
                       cache_dir: str | None = None) -> list[traj_lib.Trajectory]:
-  """eval.samples rollouts of every (task, level) instance on every seed of eval.seeds (module docstring)."""
+  """eval.samples rollouts of every (task, level) instance on every seed of eval.seeds (module docstring), each
+  first prompt holding the harness's one-shot demonstration when `fewshot.task` is set (demonstration).
+  `eval.batch_instances` > 0 runs the instances of a seed in batches of that many (each its own sampler, so
+  the KV cache holds batch_instances x eval.samples rows; 0 = all at once)."""
   ev = config.eval
   ec = eval_config(config, mode)
+  demo = demonstration(config, mode, cache_dir=cache_dir)
   instances = [instance_id(t, lvl) for lvl in ev.levels for t in task_ids]
-  rows = len(instances) * int(ev.samples)
+  per = int(ev.get("batch_instances", 0) or 0) or len(instances)
+  chunks = [instances[j:j + per] for j in range(0, len(instances), per)]
   out: list[traj_lib.Trajectory] = []
   pad = policy.model.pad_token_id or 0
   for i, seed in enumerate(ev.seeds):
-    sampler = LMSampler(params, policy.model, key=jax.random.fold_in(key, i), rows=rows,
-                        max_new_tokens=ec.env.max_response_tokens, temperature=float(ev.temperature),
-                        top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
-                        stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
-                        pad_id=pad, buckets=tuple(config.lengths.buckets),
-                        chunk_rows=config.gspo.generate_batch_size,
-                        **rollouts.sampler_options(ec, policy.model, rows))
-    seed_cache = None if cache_dir is None else os.path.join(cache_dir, f"eval-{mode}-{seed}")
-    workers = rollouts.make_pool(ec, rows, cache_dir=seed_cache)
-    try:
-      trajs = rollouts.run_rollouts(workers, sampler, policy.chat, instances, config=ec, seed=int(seed))
-    finally:
-      workers.close()
-      if seed_cache is not None:
-        shutil.rmtree(seed_cache, ignore_errors=True)
-    out += trajs
+    for j, chunk in enumerate(chunks):
+      rows = len(chunk) * int(ev.samples)
+      k = jax.random.fold_in(key, i) if len(chunks) == 1 else jax.random.fold_in(jax.random.fold_in(key, i), j)
+      sampler = LMSampler(params, policy.model, key=k, rows=rows,
+                          max_new_tokens=ec.env.max_response_tokens, temperature=float(ev.temperature),
+                          top_k=ec.gspo.top_k, top_p=ec.gspo.top_p,
+                          stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
+                          pad_id=pad, buckets=tuple(config.lengths.buckets),
+                          chunk_rows=config.gspo.generate_batch_size,
+                          **rollouts.sampler_options(ec, policy.model, rows))
+      seed_cache = None if cache_dir is None else os.path.join(cache_dir, f"eval-{mode}-{seed}-{j}")
+      workers = rollouts.make_pool(ec, rows, cache_dir=seed_cache)
+      try:
+        out += rollouts.run_rollouts(workers, sampler, policy.chat, chunk, config=ec, seed=int(seed),
+                                     demonstration=demo)
+      finally:
+        workers.close()
+        if seed_cache is not None:
+          shutil.rmtree(seed_cache, ignore_errors=True)
   return out
 
 
@@ -138,6 +216,7 @@ def summarize(trajs: Sequence[traj_lib.Trajectory], *, ks: Sequence[int], confid
       row[f"{f}_share"] = (sum(bool(x and x[f]) for x in feats) / len(feats)) if feats else float("nan")
     row["terminations"] = {term: int(sum(t.termination == term for t in by_level[lvl]))
                            for term in traj_lib.TERMINATIONS}
+    row["overflow_share"] = row["terminations"].get("length_limit", 0) / len(by_level[lvl])
     out[lvl] = row
   return out
 
@@ -163,7 +242,7 @@ def _fmt(x: float, pct: bool = True) -> str:
 def format_level_table(results: Mapping[str, Mapping[int, dict]], levels: Sequence[int], ks: Sequence[int]) -> str:
   """The table: one block per level, one row per harness (pass@1 [interval], pass@k, costs, program shares)."""
   head = (f"{'harness':8} {'level':5} {'pass@1 [95% CI]':>22} " + " ".join(f"{f'pass@{k}':>7}" for k in ks if k != 1)
-          + f" {'ctx_tok':>8} {'obs_tok':>8} {'calls':>6} {'errors':>6} {'turns':>5} {'programs':>8}"
+          + f" {'ctx_tok':>8} {'obs_tok':>8} {'calls':>6} {'errors':>6} {'turns':>5} {'overflow%':>9} {'programs':>8}"
           f" {'loop%':>6} {'branch%':>7} {'try%':>5}")
   lines = [head, "-" * len(head)]
   for lvl in levels:
@@ -174,7 +253,18 @@ def format_level_table(results: Mapping[str, Mapping[int, dict]], levels: Sequen
       ci = f"{_fmt(r['pass@1'])} [{_fmt(r['pass@1_low'])}, {_fmt(r['pass@1_high'])}]"
       lines.append(f"{mode:8} v{lvl:<4} {ci:>22} " + " ".join(f"{_fmt(r.get(f'pass@{k}')):>7}" for k in ks if k != 1)
                    + f" {r['context_tokens']:8.0f} {r['observation_tokens']:8.0f} {r['tool_calls']:6.1f}"
-                   f" {r['errors']:6.2f} {r['turns']:5.1f} {r['programs']:8d} {_fmt(r['loop_share']):>6}"
+                   f" {r['errors']:6.2f} {r['turns']:5.1f} {_fmt(r.get('overflow_share', float('nan'))):>9}"
+                   f" {r['programs']:8d} {_fmt(r['loop_share']):>6}"
                    f" {_fmt(r['branch_share']):>7} {_fmt(r['try_share']):>5}")
     lines.append("")
   return "\n".join(lines).rstrip()
+
+
+def format_zero_rows(rows: Mapping[str, Mapping[int, dict]], levels: Sequence[int]) -> str:
+  """The rows that must score 0 (zero_rows): pass@1 per level, percent."""
+  head = f"{'must score 0':14} " + " ".join(f"{f'v{lvl}':>7}" for lvl in levels) + "   units per level"
+  lines = [head, "-" * len(head)]
+  for name, res in rows.items():
+    lines.append(f"{name:14} " + " ".join(f"{_fmt(res[lvl]['pass@1']) if lvl in res else 'n/a':>7}" for lvl in levels)
+                 + f"   {max((r['units'] for r in res.values()), default=0)}")
+  return "\n".join(lines)

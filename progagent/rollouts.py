@@ -76,10 +76,12 @@ def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:
 
 
 def run_rollouts(pool: env_pool.WorkerPool, sampler: policy_io.Policy, chat: chat_lib.ChatTemplate,
-                 task_ids: Sequence[str], *, config, seed: int) -> list[traj_lib.Trajectory]:
+                 task_ids: Sequence[str], *, config, seed: int,
+                 demonstration: Sequence[dict] = ()) -> list[traj_lib.Trajectory]:
   """G = gspo.rollouts_per_task rollouts of every task through the common driver (module docstring).
 
-  The system message is the harness's (progagent.harness.system_prompt of `mode`), as in the SFT data.
+  The system message is the harness's (progagent.harness.system_prompt of `mode`), as in the SFT data;
+  `demonstration` (few-shot messages, progagent.evaluation.demonstration) follows it in every first prompt.
   Reward: the verifier R that ProgEnv reports when the episode is done; an episode that ended otherwise
   (no tool call, turn or context limit) is verified on its final state (ProgEnv.verify: a task whose check is
   on the state can pass without an answer); 0 after an env_error.
@@ -95,7 +97,8 @@ def run_rollouts(pool: env_pool.WorkerPool, sampler: policy_io.Policy, chat: cha
     return float(worker.query("verify")) if worker is not None and t.initial_observation else 0.0
 
   driver = rollout_lib.RolloutDriver(pool, sampler, chat, config=driver_config(config, seed=seed),
-                                     reward_fn=reward, system_prompt=harness.system_prompt(config.mode))
+                                     reward_fn=reward, system_prompt=harness.system_prompt(config.mode),
+                                     demonstration=demonstration)
   return driver.run(list(task_ids))
 
 

@@ -131,6 +131,22 @@ def check_config(config) -> None:
   for m in config.paradigms.modes:
     if m not in harness.MODES:
       raise ValueError(f"config `paradigms.modes` holds {m!r}; harnesses are {harness.MODES}")
+  fs = config.get("fewshot", None)
+  if fs is not None and fs.get("task", ""):
+    try:
+      tasks_lib.get_task(str(fs.task))
+    except KeyError as e:
+      raise ValueError(f"config `fewshot.task`: {e.args[0]}") from None
+    if fs.level not in tasks_base.LEVELS or isinstance(fs.seed, bool) or not isinstance(fs.seed, int):
+      raise ValueError(f"config `fewshot.level` must be one of {tasks_base.LEVELS} and `fewshot.seed` an integer, "
+                       f"got {fs.level!r} and {fs.seed!r}")
+    eval_tasks = tasks_lib.select_tasks(tuple(config.eval.tasks or config.tasks))
+    if str(fs.task) in eval_tasks:
+      raise ValueError(f"config `fewshot.task` {fs.task!r} is one of the evaluated tasks; the demonstration must "
+                       "come from another task")
+  if config.eval.get("batch_instances", 0) < 0:
+    raise ValueError(f"config `eval.batch_instances` must be >= 0 (0 = every instance in one batch), got "
+                     f"{config.eval.batch_instances}")
   ev = config.eval
   if ev.enabled:
     if any(isinstance(x, bool) or not isinstance(x, int) for x in ev.seeds):
@@ -154,6 +170,9 @@ def training_seeds(config) -> list[int]:
   'seed' of every record of sft.teacher_jsonl (files that exist), and GSPO's env.seed + step (env.vary_seed) or
   env.seed."""
   seeds = set(config.sft.oracle_seeds) if config.sft.enabled and not config.sft.teacher_jsonl else set()
+  fs = config.get("fewshot", None)
+  if fs is not None and fs.get("task", ""):
+    seeds.add(int(fs.seed))   # the demonstration's instance is shown to the policy
   if config.sft.enabled and config.sft.teacher_jsonl:
     for p in config.sft.teacher_jsonl.split(","):
       if p and os.path.exists(p):
@@ -417,7 +436,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   ev = None
   try:
     t0 = time.monotonic()
-    examples = sft_data.sft_examples(config, policy.chat, task_ids, cache_dir=cache)
+    examples = sft_data.sft_examples(config, policy.chat, task_ids, cache_dir=cache) if config.sft.enabled else []
     sft_state = run_sft(config, policy, examples, workdir)
     t1 = time.monotonic()
     gspo_state = run_gspo(config, policy, sft_state.params, task_ids, workdir, stop_after=stop_after,
@@ -470,12 +489,25 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"pass@1: mean over (task, seed) instances of the success rate [95% BCa bootstrap interval over "
           f"instances], percent; pass@k unbiased; ctx_tok/obs_tok/calls/errors/turns: means per episode "
           f"(policy tokenizer); loop/branch/try: share of programs with that construct\n")
+  fs = config.get("fewshot", None)
+  if fs is not None and fs.get("task", ""):
+    head += (f"few-shot, no training: every first prompt holds one demonstration, the {fs.task!r} oracle episode "
+             f"(level {fs.level}, seed {fs.seed}) in the harness's own tool-call format; context window "
+             f"{config.env.max_context_tokens} tokens (overflow%: episodes ended by it)\n")
   table = head + evaluation.format_level_table(results, levels, tuple(config.eval.k))
+  zero = None
+  if config.paradigms.get("zero_rows", False):
+    eval_tasks = tasks_lib.select_tasks(tuple(config.eval.tasks)) if config.eval.tasks else tasks_lib.select_tasks(
+        tuple(config.tasks))
+    zero = evaluation.zero_rows(eval_tasks, levels, tuple(config.eval.seeds))
+    table += ("\n\nrows that must score 0 (the verifier on the same held-out instances; pass@1, percent):\n"
+              + evaluation.format_zero_rows(zero, levels))
   with open(os.path.join(workdir, "results_paradigms.txt"), "w") as f:
     f.write(table + "\n")
   io.write_json(os.path.join(workdir, "results_paradigms.json"),
                 {"commit": version["commit"], "dirty": version["dirty"], "config": config.to_dict(),
                  "levels": levels, "results": {m: {str(k): v for k, v in r.items()} for m, r in results.items()},
+                 "zero_rows": None if zero is None else {n: {str(k): v for k, v in r.items()} for n, r in zero.items()},
                  "summaries": {m: _read_summary(os.path.join(workdir, m)) for m in out}}, default=float)
   print(table, flush=True)
   return {"paradigms": out, "table": table}

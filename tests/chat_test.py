@@ -193,6 +193,26 @@ class Qwen3TemplateTest(parameterized.TestCase):
     self.assertIn('"name": "programmatic_tool_call"', text)
     self.assertIn("<tool_call>", text)
 
+  def test_template_without_tools_keeps_calls_and_results_as_text(self):
+    # SmolLM2's plain ChatML would drop an assistant's tool_calls and print a bare 'tool' role: calls are written
+    # in the <tool_call> syntax the model is asked for, results as Qwen2.5's <tool_response> user turns.
+    tok = testing.build_tokenizer("qwen2")
+    c = ChatTemplate(tok)
+    call = {"type": "function", "function": {"name": "list_books", "arguments": {"author": "Morland"}}}
+    msgs = [{"role": "user", "content": "count"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": '{"total": 5}'}, {"role": "tool", "content": '{"ok": true}'}]
+    text = tok.decode(c.prompt_ids(msgs, [PTC_TOOL]))
+    self.assertIn('<|im_start|>assistant\n<tool_call>\n{"name": "list_books", "arguments": {"author": "Morland"}}\n'
+                  '</tool_call><|im_end|>', text)
+    self.assertIn('<|im_start|>user\n<tool_response>\n{"total": 5}\n</tool_response>\n<tool_response>\n'
+                  '{"ok": true}\n</tool_response><|im_end|>', text)
+    self.assertNotIn("<|im_start|>tool", text)
+    reply = c.assistant_ids(msgs[1])
+    self.assertEqual(c.parse(c.decode(reply)).tool_calls, [{"name": "list_books", "arguments": {"author": "Morland"}}])
+    follow = c.observation_ids([msgs[2]], after=reply)   # token-in/token-out: the same text as the whole render
+    self.assertEqual(tok.decode(follow), '\n<|im_start|>user\n<tool_response>\n{"total": 5}\n</tool_response>'
+                                         '<|im_end|>\n<|im_start|>assistant\n')
+
 
 @pytest.mark.fast
 class Llama31TemplateTest(absltest.TestCase):

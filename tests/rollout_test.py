@@ -379,6 +379,28 @@ class LocalPoolTest(absltest.TestCase):
     self.assertIn("only 2 calls per reply are run", tok.decode(t.turns[1].prompt_ids))
     self.assertEqual(t.termination, "done")
 
+  def test_demonstration_sits_between_system_and_first_observation(self):
+    tok = ByteTokenizer()
+    demo = [{"role": "user", "content": "DEMO TASK"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "finish", "arguments": {"answer": "DEMO ANSWER"}}}]},
+            {"role": "tool", "content": "DEMO RESULT"}]
+    script = lambda r: _call("finish", answer="x")
+    with WorkerPool.local(CountingEnv, 1) as pool:
+      t, = RolloutDriver(pool, ScriptedPolicy(script, tok), tok, config=RolloutConfig(group_size=1),
+                         system_prompt="SYSTEM", demonstration=demo).run(["a"])
+    first = tok.decode(t.turns[0].prompt_ids)
+    order = [first.find(x) for x in ("SYSTEM", "DEMO TASK", "DEMO ANSWER", "DEMO RESULT", "task a seed")]
+    self.assertEqual(order, sorted(order), first)
+    self.assertNotIn(-1, order, first)
+    self.assertEqual(t.termination, "done")
+    self.assertFalse(any("DEMO" in tok.decode(tn.response_ids) for tn in t.turns))   # prompt tokens, not the policy's
+    with WorkerPool.local(CountingEnv, 1) as pool:
+      with self.assertRaisesRegex(ValueError, "demonstration messages must have role"):
+        RolloutDriver(pool, None, tok, demonstration=[{"role": "system", "content": "x"}])
+      with self.assertRaisesRegex(ValueError, "needs mode 'chat'"):
+        RolloutDriver(pool, None, tok, config=RolloutConfig(mode="window"), demonstration=demo)
+
   def test_bad_settings_are_named(self):
     with WorkerPool.local(CountingEnv, 1) as pool:
       with self.assertRaisesRegex(ValueError, "on_truncated_response"):

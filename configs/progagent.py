@@ -66,7 +66,8 @@ def default_config() -> ml_collections.ConfigDict:
   # scales: the levels GSPO draws each task at (weights `scale_weights`, () = uniform): the paper trains over
   # v0..v3 (training on v0 only is its weaker ablation).
   c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
-               max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS)
+               max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS,
+               normalize_errors=False)   # True: {"ok": false, "error": ...} records become failed calls
   c.model = schema.model_config(dtype="bfloat16")
   c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
   c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two

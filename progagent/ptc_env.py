@@ -67,6 +67,8 @@ class ProgEnv(ToolEnv):
     max_output_chars: characters of program output kept (SPEC: 50,000; common.tool_wire.OutputBuffer).
     sandbox: the kernel's SandboxConfig (default: SandboxConfig()).
     start_timeout_s: the kernel's start-up limit before load scaling (None: kernel_launch's default).
+    normalize_errors: the own ProgTaskEnv's error normalisation (progagent.task_env; config
+      `env.normalize_errors`).
   Raises:
     ValueError: unknown mode or runtime.
   """
@@ -77,7 +79,7 @@ class ProgEnv(ToolEnv):
                scale: int = 0, cache_dir: str | None = None, workdir: str | None = None,
                max_steps: int = 20_000, timeout_s: float = 120.0,
                max_output_chars: int = tool_wire.MAX_OUTPUT_CHARS, sandbox: SandboxConfig | None = None,
-               start_timeout_s: float | None = None):
+               start_timeout_s: float | None = None, normalize_errors: bool = False):
     if mode not in MODES:
       raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if runtime not in inprocess_runtime.RUNTIME_KINDS:
@@ -92,6 +94,7 @@ class ProgEnv(ToolEnv):
     self.max_output_chars = int(max_output_chars)
     self.sandbox = SandboxConfig() if sandbox is None else sandbox
     self.start_timeout_s = start_timeout_s
+    self.normalize_errors = bool(normalize_errors)
     self._env = env
     self._own_env = env is None
     self._runtime: Any = None
@@ -128,7 +131,8 @@ class ProgEnv(ToolEnv):
           self._env.close()
           self._env = None
         if self._env is None:
-          self._env = ProgTaskEnv(task_id, self.scale, self.workdir, self.max_steps, self.cache_dir)
+          self._env = ProgTaskEnv(task_id, self.scale, self.workdir, self.max_steps, self.cache_dir,
+                                  self.normalize_errors)
     self._seed = int(seed)
     self._programs = self._program_errors = 0
     self._started = True

@@ -15,6 +15,13 @@ progagent.task_env:ProgTaskEnv --kwargs '{"task_id": "retail/pending_over_500", 
                                         isError}: the backend of the PTC runtime's tool proxy
   verify(answer=None) -> int            R in {0, 1} on the current state; answer None = the submitted one
 
+Error normalisation (`normalize_errors`, config `env.normalize_errors`; off by default): ProgAgent's runtime turns
+server errors into Python exceptions, and names as a limitation that a server which omits MCP's isError flag fails
+silently (SPEC.md, ProgAgent, "Runtime": "normalise errors so they cannot"). Tasks tagged 'errors' have tools that
+return such records: a JSON object with "ok": false and an "error" message, status 'ok'. With normalisation on,
+is_error_record() turns each into a failed call ("Error: <message> (error record: <JSON>)", isError true: a raised
+exception inside a PTC program, an error observation under DTC); off, the record is returned as data.
+
 Episode end: submit_answer (done; info['reward'] = R), or `max_steps` calls (done; R with no answer).
 Every call counts as a step, invalid ones included.
 
@@ -99,6 +106,13 @@ def build_state(task: base.Task, level: int, seed: int, directory: pathlib.Path,
   return base.Ctx(conn, directory / "workspace")
 
 
+def is_error_record(result: Any) -> bool:
+  """Whether a tool result is an error record without an error flag: a JSON object with "ok" exactly false and a
+  non-empty "error" (or "message") string (the records of the 'errors' tasks' tools; module docstring)."""
+  return (isinstance(result, Mapping) and result.get("ok") is False
+          and any(isinstance(result.get(k), str) and result.get(k) for k in ("error", "message")))
+
+
 class ProgTaskEnv(ToolEnv):
   """One ProgAgent task at one scale level.
 
@@ -109,6 +123,7 @@ class ProgTaskEnv(ToolEnv):
     max_steps: tool calls per episode before it ends without a submission (a PTC program may make many).
     cache_dir: optional directory of generated states reused across resets, tasks of a domain and
       processes (see build_state); None = generate at every reset.
+    normalize_errors: error records ({"ok": false, "error": ...}) become failed calls (module docstring).
   Raises:
     KeyError: unknown task id. ValueError: bad scale or max_steps.
   """
@@ -116,7 +131,7 @@ class ProgTaskEnv(ToolEnv):
   QUERY_METHODS = ("task_ids", "verify", "task_info", "episode_counts", "workspace_path")
 
   def __init__(self, task_id: str, scale: int = 0, workdir: str | None = None, max_steps: int = 20_000,
-               cache_dir: str | None = None):
+               cache_dir: str | None = None, normalize_errors: bool = False):
     tid, lvl = split_instance_id(task_id)
     self._task = tasks_lib.get_task(tid)
     self.scale = lvl if lvl is not None else scale
@@ -125,6 +140,7 @@ class ProgTaskEnv(ToolEnv):
       raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     self.max_steps = max_steps
     self.cache_dir = cache_dir
+    self.normalize_errors = bool(normalize_errors)
     self._own_root = workdir is None
     self._root = pathlib.Path(tempfile.mkdtemp(prefix="progtask-") if workdir is None else workdir)
     self._root.mkdir(parents=True, exist_ok=True)
@@ -201,6 +217,11 @@ class ProgTaskEnv(ToolEnv):
     except base.ToolError as e:
       self._errors += 1
       return self._finish(StepResult(f"Error: {e}", "failed", self._steps >= self.max_steps, info))
+    if self.normalize_errors and is_error_record(result):
+      self._errors += 1
+      text = json.dumps(result, ensure_ascii=False)
+      return self._finish(StepResult(f"Error: {result.get('error') or result.get('message')} (error record: {text})",
+                                     "failed", self._steps >= self.max_steps, info))
     if name == "submit_answer":
       self._answer, self._submitted = args.get("answer"), True
     done = self._submitted or self._steps >= self.max_steps
@@ -213,7 +234,7 @@ class ProgTaskEnv(ToolEnv):
 
   def clone(self) -> "ProgTaskEnv":
     """An independent environment for the same task and level (its own episode directories)."""
-    return ProgTaskEnv(self._task.task_id, self.scale, None, self.max_steps, self.cache_dir)
+    return ProgTaskEnv(self._task.task_id, self.scale, None, self.max_steps, self.cache_dir, self.normalize_errors)
 
   # -- PTC backend
 

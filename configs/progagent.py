@@ -77,7 +77,8 @@ def default_config() -> ml_collections.ConfigDict:
   # the same budget whatever their data size. oracle_seeds: the environment seeds of the oracle fallback.
   c.sft = schema.sft_config(epochs=3, steps=0, batch_size=64, micro_batch_size=0, learning_rate=1e-5,
                             extra=dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
-                                       oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), max_tokens=32768))
+                                       oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), max_tokens=32768,
+                                       token_budget=0))   # token_budget > 0: updates for that many row tokens
   c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
                 top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
                 logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,

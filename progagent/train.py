@@ -126,6 +126,9 @@ def check_config(config) -> None:
                      f"level of env.scales={tuple(e.scales)} (sum > 0), or be empty for uniform")
   if config.sft.steps < 0:
     raise ValueError(f"config `sft.steps` must be >= 0 (0 = sft.epochs passes), got {config.sft.steps}")
+  tb = config.sft.get("token_budget", 0)
+  if isinstance(tb, bool) or not isinstance(tb, int) or tb < 0:
+    raise ValueError(f"config `sft.token_budget` must be an integer >= 0 (0 = sft.steps / sft.epochs decide), got {tb!r}")
   if g.filter_stat not in teacher_stats.FILTER_STATS:
     raise ValueError(f"config `gspo.filter_stat` must be one of {teacher_stats.FILTER_STATS}, got {g.filter_stat!r}")
   for m in config.paradigms.modes:
@@ -249,6 +252,22 @@ def draw_levels(config, rng: np.random.Generator, n: int) -> list[int]:
   return [int(e.scales[i]) for i in rng.choice(len(e.scales), size=n, p=w / w.sum())]
 
 
+def sft_steps_for_budget(budget: int, sizes: Sequence[int], batch_size: int) -> int:
+  """SFT updates that process about `budget` tokens (config `sft.token_budget`): ceil(budget / (rows per update x
+  mean tokens per row)), at least 1. Tokens are whole rows (prompt, observations and replies: what each update's
+  forward pass reads), so harnesses with long episodes (DTC) get fewer updates than short ones (PTC) for the
+  same compute; the choice between these and the policy's own tokens is open in the source (ProgAgent's matched
+  budget), and this one is made here.
+
+  Raises:
+    ValueError: budget < 1 or no rows.
+  """
+  if budget < 1 or not sizes:
+    raise ValueError(f"sft.token_budget={budget} needs to be >= 1 and the SFT data non-empty ({len(sizes)} rows)")
+  per_update = min(int(batch_size), len(sizes)) * float(np.mean(sizes))
+  return max(1, int(np.ceil(budget / per_update)))
+
+
 def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajectory], workdir: str) -> kit.TrainState:
   """Stage 1: the SFT stage (common.lm.stages.run_sft) on the policy tokens of `examples`, resumed from
   workdir/sft; returns the final TrainState (the initial one when `sft.enabled` is off or there are no examples).
@@ -267,8 +286,15 @@ def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajector
     if sc.enabled:
       _log.warning("SFT: no trajectories with score >= %s; the stage is skipped", sc.min_score)
     return state
-  bs = stages.sft_schedule(len(examples), sc).batch_size
   sizes = [len(t.token_ids()) for t in examples]
+  budget = int(sc.get("token_budget", 0) or 0)
+  if budget > 0:   # the same number of trained tokens whatever the harness's episode length (sft_steps_for_budget)
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.sft.steps = sft_steps_for_budget(budget, sizes, int(sc.batch_size))
+    sc = config.sft
+    _log.info("SFT: token budget %d -> %d updates of %d rows (mean %.0f tokens per row)", budget, sc.steps,
+              min(int(sc.batch_size), len(sizes)), float(np.mean(sizes)))
+  bs = stages.sft_schedule(len(examples), sc).batch_size
   length = updates.bucket_length(max(sizes), config.lengths.buckets)
   pad = policy.model.pad_token_id or 0
 

@@ -33,6 +33,18 @@ class FewshotConfigTest(absltest.TestCase):
     with self.assertRaisesRegex(ValueError, "training seeds"):
       train.check_config(bad)
 
+  @pytest.mark.fast
+  def test_token_budget_gives_the_same_tokens_to_long_and_short_episodes(self):
+    self.assertEqual(train.sft_steps_for_budget(100_000, [2500] * 40, 4), 10)   # DTC-like rows
+    self.assertEqual(train.sft_steps_for_budget(100_000, [1000] * 40, 4), 25)   # PTC-like rows
+    self.assertEqual(train.sft_steps_for_budget(10, [1000] * 3, 4), 1)
+    with self.assertRaisesRegex(ValueError, "token_budget"):
+      train.sft_steps_for_budget(0, [10], 1)
+    c = progagent_config.get_config("paradigms")
+    c.sft.token_budget = -5
+    with self.assertRaisesRegex(ValueError, "sft.token_budget"):
+      train.check_config(c)
+
   def test_demonstration_is_the_oracle_episode_in_each_harness(self):
     c = progagent_config.get_config("paradigms_fewshot")
     with tempfile.TemporaryDirectory() as cache:

@@ -32,6 +32,11 @@ The few-shot table, `:paradigms_fewshot` (C1; paradigms_fewshot below): the pret
 
   python -m experiments.train --config=configs/progagent.py:paradigms_fewshot --workdir=runs/progagent_fewshot
 
+and `:paradigms_read` (C2; paradigms_read below), the same model fine-tuned per harness with one token budget, a
+reading gate on the DTC arm, then a few GSPO steps:
+
+  python -m experiments.train --config=configs/progagent.py:paradigms_read --workdir=runs/progagent_read
+
 Scale (the `model` / `optim` / `mesh` keys of configs/schema.py): `mesh.shape` is the (data, fsdp, tensor) mesh of the updates ((1, 1, 1) =
 one device, the default; e.g. --config.mesh.shape=-1,1,1 for data parallelism over every device, 1,-1,1 for
 ZeRO-3-style parameter sharding); `model.remat` ('full', 'dots', ...) checkpoints each layer's activations;
@@ -93,7 +98,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.stats = dict(confidence=0.95, resamples=10_000)
   # paradigms: harnesses trained and evaluated one after the other with the same budget (workdir/<mode>/),
   # then the paradigm table (results_paradigms.txt/.json); () = one run of `mode`
-  c.paradigms = dict(modes=(), zero_rows=False)   # zero_rows: also the rows that must score 0 (no call; seed-0 answer)
+  # zero_rows: also the rows that must score 0 (no call; seed-0 answer); read_gate: after SFT, DTC must pass
+  # min_pass of the tasks at `level` on held-out `seeds` or the run stops (0 = no gate; progagent.train.read_gate)
+  c.paradigms = dict(modes=(), zero_rows=False, read_gate=dict(level=0, min_pass=0.0, seeds=(900, 901), samples=1))
   # fewshot: one demonstration (the oracle episode of `task` at `level`, environment seed `seed`) between the
   # system message and the instruction of every evaluation prompt; task '' = none (progagent.evaluation)
   c.fewshot = dict(task="", level=0, seed=0)
@@ -246,10 +253,56 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   return c
 
 
+def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
+  """C2: SmolLM2-135M-Instruct (gguf:smollm2) fine-tuned per harness, behind a reading gate.
+
+  The C1 tasks (FEWSHOT_TASKS), SFT on the oracle's episodes of each harness on training seeds 0-29 at v0..v3
+  (episodes longer than the 8k window left out), the same token budget for every harness (`sft.token_budget`,
+  row tokens), no demonstration. Reading gate (progagent.train.read_gate): after SFT, DTC must pass >= 50% at v0
+  on held-out seeds 900-901, else the run stops with "DTC did not learn to read" and no paradigm result. Then 2
+  GSPO steps of 4 tasks x 4 rollouts with levels drawn uniformly from v0..v3, and the held-out table (seeds
+  1000-1001, v0..v3, 2 samples, pass@1 / pass@2) with the rows that must score 0. `smoke` (tests): a tiny budget.
+  """
+  c = paradigms_fewshot()
+  c.fewshot.task = ""
+  c.sft.enabled = True
+  c.sft.oracle_seeds = tuple(range(30))
+  c.sft.oracle_scales = (0, 1, 2, 3)
+  c.sft.max_tokens = 8192
+  c.sft.batch_size = 2
+  c.sft.learning_rate = 5e-5
+  c.sft.token_budget = 150_000
+  c.paradigms.read_gate = dict(level=0, min_pass=0.5, seeds=(900, 901), samples=1)
+  c.gspo.steps = 2
+  c.gspo.tasks_per_step = 4
+  c.gspo.rollouts_per_task = 4
+  c.gspo.minibatches = 2
+  c.gspo.learning_rate = 1e-5
+  c.gspo.temperature = 1.0
+  c.env.scales = (0, 1, 2, 3)
+  c.env.seed = 100                 # GSPO's instances: seeds 100, 101 (held out from SFT's 0-29 and the evaluations)
+  if smoke:
+    c.tasks = FEWSHOT_TASKS[:2]
+    c.sft.oracle_seeds = (0, 1)
+    c.sft.oracle_scales = (0,)
+    c.sft.token_budget = 4000
+    c.paradigms.read_gate.seeds = (900,)
+    c.gspo.steps = 1
+    c.gspo.tasks_per_step = 2
+    c.gspo.rollouts_per_task = 2
+    c.gspo.minibatches = 1
+    c.eval.seeds = (1000,)
+    c.eval.levels = (0, 1)
+    c.env.max_turns = 3
+    c.env.max_response_tokens = 96
+  return c
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   variants = {"": default_config, "smoke": smoke, "paradigms": paradigms, "paradigms_fewshot": paradigms_fewshot,
-              "paradigms_fewshot_smoke": lambda: paradigms_fewshot(smoke=True)}
+              "paradigms_fewshot_smoke": lambda: paradigms_fewshot(smoke=True), "paradigms_read": paradigms_read,
+              "paradigms_read_smoke": lambda: paradigms_read(smoke=True)}
   if (arg or "") not in variants:
     raise ValueError(f"unknown config variant {arg!r}; valid: '' (the published setting), 'smoke', 'paradigms', "
-                     "'paradigms_fewshot', 'paradigms_fewshot_smoke'")
+                     "'paradigms_fewshot', 'paradigms_fewshot_smoke', 'paradigms_read', 'paradigms_read_smoke'")
   return variants[arg or ""]()

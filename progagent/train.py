@@ -147,6 +147,15 @@ def check_config(config) -> None:
     if str(fs.task) in eval_tasks:
       raise ValueError(f"config `fewshot.task` {fs.task!r} is one of the evaluated tasks; the demonstration must "
                        "come from another task")
+  rg = config.paradigms.get("read_gate", None)
+  if rg is not None and float(rg.get("min_pass", 0.0)) > 0.0:
+    if not 0.0 < float(rg.min_pass) <= 1.0 or rg.level not in tasks_base.LEVELS or int(rg.samples) < 1:
+      raise ValueError(f"config `paradigms.read_gate`: min_pass in (0, 1], level in {tasks_base.LEVELS} and samples "
+                       f">= 1, got {rg.min_pass!r}, {rg.level!r}, {rg.samples!r}")
+    if (not rg.seeds or any(isinstance(x, bool) or not isinstance(x, int) for x in rg.seeds)
+        or set(rg.seeds) & (set(training_seeds(config)) | set(config.eval.seeds))):
+      raise ValueError(f"config `paradigms.read_gate.seeds`={tuple(rg.seeds)} must be integers held out from "
+                       f"training ({training_seeds(config)[:5]}...) and from eval.seeds {tuple(config.eval.seeds)}")
   if config.eval.get("batch_instances", 0) < 0:
     raise ValueError(f"config `eval.batch_instances` must be >= 0 (0 = every instance in one batch), got "
                      f"{config.eval.batch_instances}")
@@ -436,6 +445,52 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
   return res
 
 
+def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], workdir: str, *,
+              cache_dir: str | None = None) -> dict | None:
+  """The reading gate (config `paradigms.read_gate`; issue 26's C2): before GSPO, the SFT policy under DTC must
+  pass at least `min_pass` of the tasks at level `level` on the held-out gate seeds `seeds` (`samples` rollouts
+  each; seeds disjoint from training and from eval.seeds), i.e. read the answer out of a tool result. A DTC arm
+  that cannot read makes every paradigm comparison a comparison with a broken arm, so a failed gate stops the
+  run (common.lm.stages.RegimeGateFailed: the launcher prints the line and exits 3; PTC is not trained).
+  Writes workdir/read_gate.json (read back on a rerun with the same settings). Other harnesses and
+  `read_gate.min_pass` <= 0: no gate (None).
+
+  Returns:
+    {'pass@1', 'units', 'min_pass', 'passed', 'line'} or None.
+  Raises:
+    common.lm.stages.RegimeGateFailed: the gate failed.
+  """
+  g = config.paradigms.get("read_gate", None)
+  if config.mode != "dtc" or g is None or float(g.get("min_pass", 0.0)) <= 0.0:
+    return None
+  path = os.path.join(workdir, "read_gate.json")
+  settings = json.loads(json.dumps(g.to_dict()))
+  saved = io.read_json(path) if os.path.exists(path) else None
+  if saved is None or saved.get("settings") != settings:
+    c = ml_collections.ConfigDict(config.to_dict())
+    c.eval.levels, c.eval.seeds, c.eval.samples = (int(g.level),), tuple(int(x) for x in g.seeds), int(g.samples)
+    c.eval.k = (1,)
+    trajs = evaluation.run_eval_rollouts(c, policy, params, list(task_ids), mode="dtc",
+                                         key=jax.random.key(config.seed + 29), cache_dir=cache_dir)
+    lvl = evaluation.summarize(trajs, ks=(1,), confidence=config.stats.confidence,
+                               resamples=config.stats.resamples)[int(g.level)]
+    saved = {"settings": settings, "pass@1": lvl["pass@1"], "pass@1_low": lvl["pass@1_low"],
+             "pass@1_high": lvl["pass@1_high"], "units": lvl["units"]}
+  saved["min_pass"] = float(g.min_pass)
+  saved["passed"] = bool(saved["pass@1"] >= float(g.min_pass))
+  saved["line"] = (f"reading gate (DTC after SFT, v{g.level}, held-out seeds {tuple(g.seeds)}, {saved['units']} "
+                   f"instances): pass@1 {100 * saved['pass@1']:.1f}% [{100 * saved['pass@1_low']:.1f}, "
+                   f"{100 * saved['pass@1_high']:.1f}] (need >= {100 * float(g.min_pass):.0f}%): "
+                   + ("PASS" if saved["passed"] else "FAIL: DTC did not learn to read; no paradigm result"))
+  io.write_json(path, saved, default=float)
+  print(saved["line"], flush=True)
+  if not saved["passed"]:
+    raise stages.RegimeGateFailed(saved["line"] + ". The comparison would pit PTC against a DTC arm that cannot read "
+                                  "a tool result; give SFT more data or budget (sft.oracle_seeds, sft.token_budget) "
+                                  "or a stronger model (model.checkpoint), and say so in the results")
+  return saved
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | None = None) -> dict:
   """SFT, GSPO and the held-out evaluation (module docstring); the entry point of `experiments/train.py` for
   config.method 'progagent'. With `paradigms.modes` set, runs each harness in workdir/<mode> with the same
@@ -464,6 +519,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     t0 = time.monotonic()
     examples = sft_data.sft_examples(config, policy.chat, task_ids, cache_dir=cache) if config.sft.enabled else []
     sft_state = run_sft(config, policy, examples, workdir)
+    read_gate(config, policy, sft_state.params, task_ids, workdir, cache_dir=cache)   # DTC only; may stop the run
     t1 = time.monotonic()
     gspo_state = run_gspo(config, policy, sft_state.params, task_ids, workdir, stop_after=stop_after,
                           cache_dir=cache)

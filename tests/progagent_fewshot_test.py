@@ -103,6 +103,48 @@ class FewshotRunTest(absltest.TestCase):
       saved = json.load(open(os.path.join(d, "results_paradigms.json")))
       self.assertEqual(saved["zero_rows"]["no call"]["0"]["pass@1"], 0.0)
 
+  def test_reading_gate_stops_a_dtc_arm_that_cannot_read(self):
+    # C2's gate with a tiny random policy (the real run: configs/progagent.py:paradigms_read on SmolLM2): after SFT
+    # the DTC arm passes nothing at v0, so the run stops before GSPO and before PTC is trained.
+    from common.lm import stages   # pylint: disable=import-outside-toplevel
+    c = progagent_config.get_config("paradigms_read_smoke")
+    c.model.checkpoint = "tiny:qwen2"
+    c.model.tiny_sizes = progagent_config.tiny_sizes(32, 1)
+    c.model.tiny_vocab = 1024
+    c.env.max_context_tokens = 4096
+    c.sft.max_tokens = 4096
+    c.lengths.buckets = (2048, 4096)
+    c.env.max_response_tokens = 16
+    c.env.max_turns = 2
+    c.tasks = c.tasks[:1]
+    c.sft.token_budget = 3000
+    train.check_config(c)
+    with tempfile.TemporaryDirectory() as d:
+      with self.assertRaisesRegex(stages.RegimeGateFailed, "DTC did not learn to read"):
+        train.run(c, d)
+      gate = json.load(open(os.path.join(d, "dtc", "read_gate.json")))
+      self.assertFalse(gate["passed"])
+      self.assertEqual(gate["units"], 1)
+      self.assertTrue(os.path.exists(os.path.join(d, "dtc", "sft", "metrics.jsonl")))   # SFT ran, on its budget
+      self.assertFalse(os.path.exists(os.path.join(d, "dtc", "gspo", "metrics.jsonl")))
+      self.assertFalse(os.path.exists(os.path.join(d, "ptc")))
+      # a rerun reads the saved gate (same settings) instead of evaluating again; a passing one lets the run go on
+      gate["pass@1"] = 1.0
+      with open(os.path.join(d, "dtc", "read_gate.json"), "w") as f:
+        json.dump(gate, f)
+      c.mode = "dtc"
+      res = train.read_gate(c, None, None, list(c.tasks), os.path.join(d, "dtc"))
+      self.assertTrue(res["passed"])
+      self.assertIn("PASS", res["line"])
+
+  @pytest.mark.fast
+  def test_reading_gate_seeds_are_held_out(self):
+    c = progagent_config.get_config("paradigms_read")
+    for seeds in ((5,), (1000,), (100,)):   # an SFT seed, an eval seed, a GSPO seed
+      c.paradigms.read_gate.seeds = seeds
+      with self.assertRaisesRegex(ValueError, "read_gate.seeds"):
+        train.check_config(c)
+
 
 if __name__ == "__main__":
   absltest.main()

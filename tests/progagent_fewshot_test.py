@@ -73,21 +73,26 @@ class FewshotConfigTest(absltest.TestCase):
     self.assertIn("seed-0 answer", evaluation.format_zero_rows(rows, [0, 1]))
 
 
+def _tiny(c):
+  """A smoke config with a tiny random policy in place of SmolLM2, one task, short replies."""
+  c.model.checkpoint = "tiny:qwen2"
+  c.model.tiny_sizes = progagent_config.tiny_sizes(32, 1)
+  c.model.tiny_vocab = 1024
+  c.env.max_context_tokens = 4096
+  c.lengths.buckets = (2048, 4096)
+  c.env.max_response_tokens = 16
+  c.env.max_turns = 2
+  c.tasks = c.tasks[:1]
+  return c
+
+
 class FewshotRunTest(absltest.TestCase):
 
   def test_tiny_policy_end_to_end(self):
     # The C1 pipeline with a tiny random policy in place of SmolLM2 (the real run: `python -m experiments.train
     # --config=configs/progagent.py:paradigms_fewshot --workdir=...`): both harnesses, the demonstration in every
     # first prompt, the zero rows and the overflow column in the table.
-    c = progagent_config.get_config("paradigms_fewshot_smoke")
-    c.model.checkpoint = "tiny:qwen2"
-    c.model.tiny_sizes = progagent_config.tiny_sizes(32, 1)
-    c.model.tiny_vocab = 1024
-    c.env.max_context_tokens = 4096
-    c.lengths.buckets = (2048, 4096)
-    c.env.max_response_tokens = 16
-    c.env.max_turns = 2
-    c.tasks = c.tasks[:1]
+    c = _tiny(progagent_config.get_config("paradigms_fewshot_smoke"))
     c.eval.levels = (0,)
     with tempfile.TemporaryDirectory() as d:
       res = train.run(c, d)
@@ -107,16 +112,8 @@ class FewshotRunTest(absltest.TestCase):
     # C2's gate with a tiny random policy (the real run: configs/progagent.py:paradigms_read on SmolLM2): after SFT
     # the DTC arm passes nothing at v0, so the run stops before GSPO and before PTC is trained.
     from common.lm import stages   # pylint: disable=import-outside-toplevel
-    c = progagent_config.get_config("paradigms_read_smoke")
-    c.model.checkpoint = "tiny:qwen2"
-    c.model.tiny_sizes = progagent_config.tiny_sizes(32, 1)
-    c.model.tiny_vocab = 1024
-    c.env.max_context_tokens = 4096
+    c = _tiny(progagent_config.get_config("paradigms_read_smoke"))
     c.sft.max_tokens = 4096
-    c.lengths.buckets = (2048, 4096)
-    c.env.max_response_tokens = 16
-    c.env.max_turns = 2
-    c.tasks = c.tasks[:1]
     c.sft.token_budget = 3000
     train.check_config(c)
     with tempfile.TemporaryDirectory() as d:

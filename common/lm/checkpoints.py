@@ -112,17 +112,31 @@ def resolve_checkpoint(spec: str, *, corpus: Sequence[str] = (), cache_dir: str 
   family = spec[len(TINY_PREFIX):] or "qwen2"
   path = pathlib.Path(tiny_checkpoint_path(family, corpus=corpus, vocab_size=vocab_size, cache_dir=cache_dir,
                                            chat_template=chat_template, sizes=sizes))
-  if not (path / "config.json").exists():
+  def write(tmp: str) -> None:
     from common.lm import testing  # pylint: disable=g-import-not-at-top
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tiny-", dir=path.parent)
-    try:
-      testing.make_tiny_checkpoint(tmp, family, extra_text=list(corpus), tokenizer_vocab=vocab_size,
-                                   chat_template=chat_template, **dict(sizes or {}))
-      os.rename(tmp, path)
-    except OSError:
-      if not (path / "config.json").exists():   # not "another process finished first": a real failure
-        raise
-    finally:
-      shutil.rmtree(tmp, ignore_errors=True)
+    testing.make_tiny_checkpoint(tmp, family, extra_text=list(corpus), tokenizer_vocab=vocab_size,
+                                 chat_template=chat_template, **dict(sizes or {}))
+  write_once(path, write, prefix=".tiny-")
   return str(path)
+
+
+def write_once(path: pathlib.Path, write, *, prefix: str) -> None:
+  """Writes checkpoint folder `path` once: `write(tmp)` fills a temporary folder beside it, which is renamed to
+  `path`, so concurrent runs never see half a folder; a folder already holding config.json is left as it is.
+
+  Raises:
+    OSError: the write or the rename failed (not because another process finished first).
+  """
+  path = pathlib.Path(path)
+  if (path / "config.json").exists():
+    return
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=prefix, dir=path.parent)
+  try:
+    write(tmp)
+    os.rename(tmp, path)
+  except OSError:
+    if not (path / "config.json").exists():   # not "another process finished first": a real failure
+      raise
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)

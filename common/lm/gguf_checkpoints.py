@@ -34,8 +34,6 @@ import inspect
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -288,16 +286,5 @@ def resolve(spec: str, *, cache_dir: str | None = None, config_key: str = "model
   recipe = hashlib.sha256(inspect.getsource(inspect.getmodule(resolve)).encode()).hexdigest()
   digest = hashlib.sha256(f"{_sha256(src)} {recipe}".encode()).hexdigest()[:12]
   out = root / f"gguf_{pathlib.Path(src).stem}_{digest}"
-  if (out / "config.json").exists():
-    return str(out)
-  root.mkdir(parents=True, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=".gguf-", dir=root)
-  try:
-    convert(src, tmp)
-    os.rename(tmp, out)
-  except OSError:
-    if not (out / "config.json").exists():   # not "another process finished first": a real failure
-      raise
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+  checkpoints.write_once(out, lambda tmp: convert(src, tmp), prefix=".gguf-")
   return str(out)

@@ -127,6 +127,8 @@ class TinyGgufTest(absltest.TestCase):
     self.assertEqual(pre.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
                      tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True))
     self.assertEqual(pre.tokenizer.eos_token, tok.eos_token)
+    # generation ends at eos and at the other end-of-generation control tokens (llama.cpp's set)
+    self.assertEqual(pre.config.eos_token_ids, (tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>")))
     # converted once: the second resolve returns the same folder without writing
     self.assertEqual(checkpoints.resolve_checkpoint(f"gguf:{path}", cache_dir=self.cache), folder)
     self.assertLen([d for d in os.listdir(self.cache) if d.startswith("gguf_")], 1)
@@ -191,6 +193,7 @@ class SmolLM2Test(absltest.TestCase):
                                                                  cache_dir=self.create_tempdir().full_path))
     self.assertEqual((pre.config.num_layers, pre.config.hidden_size, pre.config.num_heads,
                       pre.config.num_kv_heads, pre.config.vocab_size), (30, 576, 9, 3, 49152))
+    self.assertEqual(pre.config.eos_token_ids, (2, 0))   # <|im_end|>, then <|endoftext|>
     ref_tok = transformers.AutoTokenizer.from_pretrained(os.path.dirname(src), gguf_file=os.path.basename(src))
     for text in TEXTS:
       self.assertEqual(pre.tokenizer(text).input_ids, ref_tok(text).input_ids, text)

@@ -14,7 +14,8 @@ folder like any other checkpoint (common.lm.loading). What the conversion does:
               llama.cpp's converter applies for the llama architecture (convert_hf_to_gguf.py, `permute`:
               the rotate-half pairs interleaved) undone. A file without `output.weight` has tied embeddings.
   config      from the `llama.*` metadata (block_count, embedding_length, feed_forward_length, head counts,
-              rope.freq_base, rope.dimension_count, layer_norm_rms_epsilon, context_length).
+              rope.freq_base, rope.dimension_count, layer_norm_rms_epsilon, context_length); eos_token_id lists
+              the file's eos and the other end-of-generation control tokens (END_OF_GENERATION, as llama.cpp).
   tokenizer   a byte-level BPE (the `tokenizers` library) from tokenizer.ggml.tokens / merges / token_type,
               control and user-defined tokens (types 3 and 4) added as special tokens, the pre-tokenizer named
               by tokenizer.ggml.pre (PRE_TOKENIZERS), bos / eos / pad / unk ids, add_bos_token; the chat
@@ -125,6 +126,21 @@ def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
   return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# Control tokens that end generation besides eos, by text (llama.cpp's end-of-generation set, llama-vocab.cpp:
+# a model that writes any of them has finished its reply or its document; SmolLM2 writes <|endoftext|>).
+END_OF_GENERATION = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>")
+
+
+def end_of_generation_ids(meta: dict) -> list[int]:
+  """config.json's eos_token_id list: the file's eos id, then every control token (type 3) whose text is in
+  END_OF_GENERATION, in id order."""
+  out = [] if meta.get("eos") is None else [int(meta["eos"])]
+  for i, (t, ty) in enumerate(zip(meta["tokens"], meta["token_type"])):
+    if ty == 3 and t in END_OF_GENERATION and i not in out:
+      out.append(i)
+  return out
+
+
 def read_gguf(path: str) -> tuple[dict, dict[str, np.ndarray], dict]:
   """Reads a llama-architecture GGUF file.
 
@@ -187,7 +203,7 @@ def read_gguf(path: str) -> tuple[dict, dict[str, np.ndarray], dict]:
       "max_position_embeddings": int(a("context_length", 2048)),
       "attention_bias": "model.layers.0.self_attn.q_proj.bias" in tensors, "mlp_bias": False,
       "tie_word_embeddings": "lm_head.weight" not in tensors,
-      "bos_token_id": tok["bos"], "eos_token_id": tok["eos"], "pad_token_id": tok["pad"],
+      "bos_token_id": tok["bos"], "eos_token_id": end_of_generation_ids(tok), "pad_token_id": tok["pad"],
       "torch_dtype": "float32",
   }
   scaling = a("rope.scaling.type")

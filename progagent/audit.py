@@ -1,5 +1,5 @@
 """Audit of the ProgAgent task library: every oracle passes under every harness at every scale; doing nothing, a
-plausible wrong answer and a memorised answer fail.
+plausible wrong answer, a shortcut that ignores one condition of the instruction and a memorised answer fail.
 
   python -m progagent.audit [--levels 0,1,2,3] [--seeds 0,1,2,3,4] [--tasks retail,hr/] [--runtime inprocess|kernel]
                             [--max-dtc-tokens 16000] [--json audit.json]
@@ -12,6 +12,10 @@ Per task, level and seed (SPEC.md, ProgAgent, "task synthesis with environment-s
   dtc      the DTC oracle (the program one JSON call per turn, reading observations) gives R = 1; at v0 its
            whole context stays within --max-dtc-tokens (regex token proxy, progagent.harness);
   wrong    the task's plausible wrong solution gives R = 0 (a wrong program, or the oracle's answer perturbed);
+  conditions  for each condition of the instruction the task declares (base.Task.conditions: a date range, a
+           kind, a status, a threshold, a site, ...), the oracle with that one condition dropped runs without
+           raising and gives R = 0: the domain's generator plants a distractor per condition, so that a shortcut
+           which ignores it finds another answer (a crash would test nothing, so it fails the check too);
   same     instruction and tool list are identical to those at v0.
 Per task, over the audited seeds and levels (answers cannot be memorised):
   vary     at each level, the oracle's answers are not all equal over the seeds (tasks that ask for an answer;
@@ -19,6 +23,7 @@ Per task, over the audited seeds and levels (answers cannot be memorised):
   cross    the v0 / first-seed instance's outcome does not carry over: its answer, submitted on every other
            audited (level, seed) instance, fails there; for tasks with a state check, its DTC oracle's tool
            calls replayed verbatim on every other instance fail there.
+The summary line `conditions` counts the declared conditions whose dropping failed on every audited instance.
 Then, per level, the mean database size (KB = 1024 bytes), workspace file count, database rows and the DTC
 oracle's context tokens, and a summary of the library (domains, tasks, tools per domain, tags). `--runtime
 kernel` runs the PTC programs in the sandboxed kernel (progagent.runtime) instead of in-process. Exit status
@@ -45,9 +50,10 @@ def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess
                    max_dtc_tokens: int | None = None) -> dict:
   """Runs the per-instance checks on one instance.
 
-  Returns {'noop', 'ptc', 'hybrid', 'dtc', 'wrong': ok bool, 'notes': [...], 'size': state_size(), 'answer':
-  the PTC oracle's submitted answer, 'dtc_calls': the DTC oracle's calls [{'name', 'arguments'}],
-  'dtc_tokens': the DTC oracle's context tokens}. `max_dtc_tokens` (None: no limit) bounds dtc_tokens."""
+  Returns {'noop', 'ptc', 'hybrid', 'dtc', 'wrong', 'conditions': ok bool, 'notes': [...], 'size': state_size(),
+  'answer': the PTC oracle's submitted answer, 'dtc_calls': the DTC oracle's calls [{'name', 'arguments'}],
+  'dtc_tokens': the DTC oracle's context tokens, 'failed_conditions': names of the conditions whose dropping
+  passes or raises}. `max_dtc_tokens` (None: no limit) bounds dtc_tokens."""
   task = env.task
   out: dict = {"notes": []}
   env.reset(task.task_id, seed)
@@ -79,6 +85,15 @@ def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess
   out["wrong"] = run_wrong(env, out["answer"], seed=seed, runtime=runtime) == 0
   if not out["wrong"]:
     out["notes"].append("the plausible wrong solution passes the verifier")
+  out["failed_conditions"] = []
+  for name in task.condition_names:
+    reward, error = run_condition(env, name, seed=seed, runtime=runtime)
+    if reward != 0 or error is not None:
+      out["failed_conditions"].append(name)
+      out["notes"].append(f"condition {name!r}: the oracle without it " + (
+          f"raises {error[:200]} (a shortcut that crashes tests nothing: fix the substitution)" if error else
+          "passes the verifier (plant a distractor for it in the generator)"))
+  out["conditions"] = not out["failed_conditions"]
   return out
 
 
@@ -125,6 +140,24 @@ def run_wrong(env: ProgTaskEnv, oracle_answer, *, seed: int = 0, runtime: str = 
   return env.verify()
 
 
+def run_condition(env: ProgTaskEnv, name: str, *, seed: int = 0, runtime: str = "inprocess") -> tuple[int, str | None]:
+  """(R, error) of the oracle with condition `name` dropped (base.Task.condition_program) on a fresh instance:
+  error is the "Name: message" of the exception that ended the program, or None.
+
+  Raises:
+    KeyError: the task declares no such condition.
+  """
+  task = env.task
+  prog = task.condition_program(name)
+  env.reset(task.task_id, seed)
+  rt = inprocess_runtime.make_runtime(runtime, env)
+  try:
+    res = rt.run(prog)
+  finally:
+    rt.close()
+  return env.verify(), res.error
+
+
 def tasks_arg(spec: str | None) -> list[str]:
   """The task ids of a `--tasks` flag (progagent.tasks.select_tasks: comma-separated task ids or domains; empty =
   every task).
@@ -140,7 +173,9 @@ def tasks_arg(spec: str | None) -> list[str]:
 
 def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, cache: str,
                max_dtc_tokens: int | None) -> dict:
-  """All checks of one task: {'levels': {level: {'ok', 'sizes', 'dtc_tokens'}}, 'vary', 'cross', 'failures'}."""
+  """All checks of one task: {'levels': {level: {'ok', 'sizes', 'dtc_tokens'}}, 'vary', 'cross', 'conditions',
+  'failures'}; 'conditions' maps each declared condition to whether its dropping failed (R = 0, no error) on
+  every audited level and seed."""
   failures: list[str] = []
   per_level: dict = {}
   ref = None
@@ -151,6 +186,7 @@ def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, c
   finally:
     ref_env.close()
   task = tasks_lib.get_task(tid)
+  cond_ok = {name: True for name in task.condition_names}
   for lvl in levels:
     rec = {"ok": True, "sizes": [], "dtc_tokens": []}
     env = ProgTaskEnv(tid, lvl, cache_dir=cache)
@@ -165,7 +201,10 @@ def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, c
         answers.setdefault(lvl, []).append(r["answer"])
         if ref is None:
           ref = r
-        rec["ok"] = rec["ok"] and r["noop"] and r["ptc"] and r["hybrid"] and r["dtc"] and r["wrong"]
+        rec["ok"] = (rec["ok"] and r["noop"] and r["ptc"] and r["hybrid"] and r["dtc"] and r["wrong"]
+                     and r["conditions"])
+        for name in r["failed_conditions"]:
+          cond_ok[name] = False
         failures += [f"{tid}@v{lvl} seed {seed}: {n}" for n in r["notes"]]
     except Exception as e:  # a broken task is a failure, the audit goes on
       rec["ok"] = False
@@ -195,7 +234,7 @@ def audit_task(tid: str, levels: list[int], seeds: list[int], *, runtime: str, c
     if carried:
       what = "answer" if task.check is None else "replayed tool calls"
       failures.append(f"{tid}: the v{levels[0]}/seed-{seeds[0]} {what} also pass on {carried}")
-  return {"levels": per_level, "vary": vary, "cross": cross, "failures": failures}
+  return {"levels": per_level, "vary": vary, "cross": cross, "conditions": cond_ok, "failures": failures}
 
 
 def library_summary(ids: list[str]) -> str:
@@ -267,10 +306,15 @@ def main(argv: list[str] | None = None) -> int:
           f"answer (or replayed calls) fails on all {others} other instances")
   else:
     print("cross: not checked (one level and one seed: no other instance)")
+  declared = [t for t in ids if results[t]["conditions"]]
+  n_cond = sum(len(results[t]["conditions"]) for t in declared)
+  print(f"conditions: {sum(sum(results[t]['conditions'].values()) for t in declared)}/{n_cond} declared conditions "
+        f"of {len(declared)} tasks: the oracle without the condition fails (R = 0) on all "
+        f"{len(levels) * len(seeds)} instances ({len(ids) - len(declared)} tasks declare none)")
   if a.json:
     with open(a.json, "w") as f:
       json.dump({"levels": levels, "seeds": seeds, "tasks": {
-          t: {"vary": r["vary"], "cross": r["cross"], "failures": r["failures"],
+          t: {"vary": r["vary"], "cross": r["cross"], "conditions": r["conditions"], "failures": r["failures"],
               "levels": {str(k): {"ok": v["ok"], "dtc_tokens": v["dtc_tokens"], "sizes": v["sizes"]}
                          for k, v in r["levels"].items()}} for t, r in results.items()}}, f, indent=1)
   if failures:

@@ -1,14 +1,17 @@
 """Tests of ProgAgent's evaluation and training options of the v2 library: program structure, pass@k per level
 on held-out seeds, the scale mix, the teacher difficulty filter, paged list tools, flaky tools, and the audit's
-memorisation rows."""
+memorisation rows and per-condition check."""
 
+import dataclasses
 import json
 import math
 import os
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import numpy as np
+import pytest
 
 from benchmarks import progagent_model_bench
 from common import trajectory as traj_lib
@@ -258,6 +261,66 @@ class AuditRowsTest(absltest.TestCase):
     hard = [t for t in ids if set(tasks_lib.get_task(t).tags) & set(base.HARD_TAGS)]
     self.assertGreaterEqual(len(hard), 30)
     self.assertIn("24 domains" if len(tasks_lib.DOMAINS) == 24 else "domains", audit.library_summary(ids))
+
+
+class ConditionsTest(absltest.TestCase):
+  """The instructions' conditions (base.Task.conditions): dropping any one of them fails (audit check 'conditions')."""
+
+  @pytest.mark.fast
+  def test_condition_program_replaces_in_the_oracle(self):
+    task = tasks_lib.get_task("energy/top_site_june")
+    self.assertEqual(task.condition_names, ("june", "electricity"))
+    prog = task.condition_program("june")
+    self.assertNotIn('week_from="2024-06-03"', prog)
+    self.assertIn('all_pages("list_readings", kind="electricity")', prog)
+    self.assertEqual(prog.count('kind="electricity"'), 2)
+    self.assertNotIn('kind="electricity"', task.condition_program("electricity"))
+    with self.assertRaisesRegex(KeyError, "june"):
+      task.condition_program("july")
+
+  @pytest.mark.fast
+  def test_bad_declarations_are_refused(self):
+    task = tasks_lib.get_task("energy/top_site_june")
+    for conds, msg in (((("x", ("not in the oracle", "")),), "not in the oracle"),
+                       ((("x", ("kind=", "kind=")),), "old != new"),
+                       ((("x", ("kind=", "")), ("x", ("week_from=", ""))), "not unique"),
+                       ((("x",),), "name, \\(old, new\\)"),
+                       (("x",), "name, \\(old, new\\)")):
+      with self.assertRaisesRegex(ValueError, msg):
+        dataclasses.replace(task, conditions=conds)
+
+  def test_top_site_june_without_june_fails_on_every_seed(self):
+    with tempfile.TemporaryDirectory() as cache:
+      env = ProgTaskEnv("energy/top_site_june", 0, cache_dir=cache)
+      try:
+        for seed in range(5):
+          env.reset(seed=seed)
+          self.assertEqual(harness.run_oracle(env, "ptc", seed=seed).stats.reward, 1.0, seed)
+          for name in ("june", "electricity"):
+            self.assertEqual(audit.run_condition(env, name, seed=seed), (0, None), (name, seed))
+      finally:
+        env.close()
+
+  def test_audit_checks_the_conditions_of_a_few_tasks(self):
+    tids = ["energy/top_site_june", "airline/overbooked_week", "retail/top_gold_customer", "hr/earliest_hire_sales"]
+    with tempfile.TemporaryDirectory() as cache:
+      for tid in tids:
+        res = audit.audit_task(tid, [0], [0, 1], runtime="inprocess", cache=cache, max_dtc_tokens=16_000)
+        self.assertEqual(res["failures"], [], tid)
+        self.assertEqual(res["conditions"], dict.fromkeys(tasks_lib.get_task(tid).condition_names, True), tid)
+
+  def test_audit_reports_a_condition_that_does_not_matter_or_crashes(self):
+    tid = "energy/top_site_june"
+    task = tasks_lib.get_task(tid)
+    fake = dataclasses.replace(task, conditions=(("print only", ("print(name, use[best])", "print(name)")),
+                                                 ("crash", ("best = min(", "best = 1 / 0 or min("))))
+    with mock.patch.dict(tasks_lib.TASKS, {tid: fake}), tempfile.TemporaryDirectory() as cache:
+      res = audit.audit_task(tid, [0], [0, 1], runtime="inprocess", cache=cache, max_dtc_tokens=16_000)
+    self.assertEqual(res["conditions"], {"print only": False, "crash": False})
+    self.assertLen([f for f in res["failures"] if "'print only'" in f and "passes the verifier" in f], 2)
+    self.assertLen([f for f in res["failures"] if "'crash'" in f and "raises ZeroDivisionError" in f], 2)
+    self.assertFalse(res["levels"][0]["ok"])
+    self.assertEqual(audit.main(["--tasks", "hr/earliest_hire_sales", "--levels", "0", "--seeds", "0,1"]), 0)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Tests of the ProgAgent task library and ProgTaskEnv: oracles, verifiers, scaling, determinism, env surface.
 
-Every task: both oracles pass at v0 and v3, doing nothing fails at v0 and v3, the plausible wrong solution
-fails at v0. Levels v1 and v2 (and the wrong solutions there) are covered by `python -m progagent.audit`.
+Every task: both oracles pass at v0 and v3, doing nothing fails at v0 and v3, the plausible wrong solution and
+the oracle without any one of the declared conditions fail at v0. Levels v1 and v2 (and the wrong solutions
+there) are covered by `python -m progagent.audit`.
 """
 
 import json
@@ -93,6 +94,8 @@ class LibraryTest(parameterized.TestCase):
         self.assertEqual(env.submitted_answer, answer)
         if level == 0:
           self.assertEqual(audit.run_wrong(env, answer), 0, f"{task_id}: the wrong solution passes")
+          for name in env.task.condition_names:   # dropping any one condition of the instruction fails
+            self.assertEqual(audit.run_condition(env, name), (0, None), f"{task_id}: without {name!r}")
       finally:
         env.close()
 

@@ -114,8 +114,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   book(rng.choice(lis_osl), "cancelled", "business")
   for fl in rng.sample(lis_osl, min(2, len(lis_osl))):
     book(fl, "confirmed", "business")
-  G.insert_rows(ctx, "flights", flights)
-  G.insert_rows(ctx, "bookings", bookings)
   G.write_docs(ctx, rng, "airline", ["fare_rules", "baggage", "punctuality", "crew", "loyalty"])
   # Delay logs of past departures in three formats (minutes in CSV, seconds in JSON, free text).
   past = [fl for fl in flights if fl["status"] == "departed"]
@@ -138,6 +136,44 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     else:
       ctx.write(f"{stem}.txt", "Departure delay log\n\n" + "".join(
           f"{fl['code']} on {fl['date']}: left {d // 60} h {d % 60} min late\n" for fl, d in zip(part, delays)))
+  _plant_distractors(rng, flights, add_flight, book, worst)
+  G.insert_rows(ctx, "flights", flights)
+  G.insert_rows(ctx, "bookings", bookings)
+
+
+def _plant_distractors(rng, flights, add_flight, book, worst) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): a flight tomorrow whose delay, already announced, is longer
+  than today's longest (longest_delay_today without 'today'); business bookings on a July flight to OSL from
+  another airport and on a June LIS-OSL flight (business_revenue_lis_osl without 'from LIS' / 'July'); an
+  overbooked flight cancelled in the week and an overbooked scheduled flight after it (overbooked_week without
+  'scheduled' / the week)."""
+  codes = {fl["code"] for fl in flights}
+
+  def new_flight(date, route, status="scheduled"):
+    fl = add_flight(date, rng.randrange(6 * 12, 22 * 12) * 5, route)
+    while fl["code"] in codes:
+      fl["code"] = f"PA{rng.randint(100, 9999)}"
+    codes.add(fl["code"])
+    fl["status"] = status
+    return fl
+
+  routes = sorted({(fl["origin"], fl["destination"]) for fl in flights})
+  tomorrow = new_flight("2024-07-02", rng.choice(routes))
+  tomorrow["delay_min"] = worst["delay_min"] + rng.randint(10, 60)
+  for _ in range(rng.randint(2, tomorrow["capacity"] - 1)):
+    book(tomorrow, "confirmed")
+  elsewhere = new_flight(f"2024-07-{rng.randint(8, 31):02d}", (rng.choice(AIRPORTS[1:5] + AIRPORTS[6:]), "OSL"))
+  june = new_flight(f"2024-06-{rng.randint(20, 30):02d}", ("LIS", "OSL"), "departed")
+  for fl, status in ((elsewhere, "confirmed"), (june, "checked_in")):
+    for _ in range(rng.randint(1, 2)):
+      book(fl, status, "business")
+  later = rng.choice([fl for fl in flights if fl["status"] == "scheduled" and fl["date"] >= WEEK[1]])
+  cancelled = new_flight(f"2024-07-0{rng.randint(2, 7)}", (later["origin"], later["destination"]), "cancelled")
+  after = new_flight(f"2024-07-{rng.randint(8, 31):02d}", rng.choice(routes))
+  for fl in (cancelled, after):
+    for _ in range(fl["capacity"] + rng.randint(1, 3)):
+      book(fl, "confirmed")
 
 
 # -- tools
@@ -169,7 +205,7 @@ def _flight_status(ctx, flight_id):
     return {"flight_id": flight_id, "report": f"{head}: CANCELLED. Passengers are being rebooked."}
   if fl["status"] == "departed":
     return {"flight_id": flight_id, "report": f"{head}: departed."}
-  if fl["date"] != B.TODAY:
+  if fl["date"] != B.TODAY and not fl["delay_min"]:   # a delay can be announced the day before
     return {"flight_id": flight_id, "report": f"{head}: scheduled {fl['dep_time']}, no live data yet."}
   if fl["delay_min"] == 0:
     return {"flight_id": flight_id, "report": f"{head}: on time, departure {fl['dep_time']} from gate {fl['gate']}."}
@@ -389,14 +425,17 @@ TASKS = [
     B.Task(DOMAIN, "stranded_passengers",
            "Which passengers hold a booking that is not cancelled (confirmed or checked in) on a cancelled "
            "flight? Submit their passenger ids.", (PAGES, STRANDED), _stranded, answer="set",
-           wrong=(', exclude_status="cancelled"', "")),
+           wrong=(', exclude_status="cancelled"', ""),
+           conditions=(("cancelled flight", ('"list_flights", status="cancelled"', '"list_flights"')),)),
     B.Task(DOMAIN, "rebook_cancelled",
            "Flights departing after today have been cancelled. Move every booking that is not cancelled "
            "(confirmed or checked in) on such a flight to the next scheduled flight of the same route (same "
            "origin and destination) that departs after the cancelled one, and issue the booking's passenger one "
            "voucher of 50 EUR per moved booking (any reason text). Change nothing else.", (PAGES, REBOOK),
            _rebook_expected, check=_rebook_check, wrong=('exclude_status="cancelled"', 'status="confirmed"'),
-           tags=("writeback",)),
+           tags=("writeback",),
+           conditions=(("after today", (', date_from="2024-07-02"', '')),
+                       ("same route", ('origin=fl["origin"], destination=fl["destination"],', '')))),
     B.Task(DOMAIN, "lis_departure_delays",
            "The operations team logged the departure delays of some past flights in files somewhere in the "
            "workspace (in several formats). What is the total logged delay, in minutes, of flights that departed "
@@ -406,7 +445,8 @@ TASKS = [
            "Which of today's flights has the longest departure delay according to the live status board? "
            "Submit its flight code.", (PAGES, WORST),
            lambda ctx: ctx.scalar("SELECT code FROM flights WHERE date = ? ORDER BY delay_min DESC, id LIMIT 1",
-                                  B.TODAY), answer="text", wrong=WORST_WRONG, tags=("errors",)),
+                                  B.TODAY), answer="text", wrong=WORST_WRONG, tags=("errors",),
+           conditions=(("today", (', date_from="2024-07-01", date_before="2024-07-02"', '')),)),
     B.Task(DOMAIN, "business_revenue_lis_osl",
            "What is the total price of the business-class bookings that are not cancelled on flights from LIS "
            "to OSL departing in July 2024? Submit the amount rounded to 2 decimals.", (PAGES, REVENUE),
@@ -414,7 +454,10 @@ TASKS = [
                "SELECT COALESCE(SUM(b.price), 0) FROM bookings b JOIN flights f ON f.id = b.flight_id WHERE "
                "f.origin = 'LIS' AND f.destination = 'OSL' AND f.date >= '2024-07-01' AND f.date < '2024-08-01' "
                "AND b.fare_class = 'business' AND b.status != 'cancelled'"), 2), answer="number",
-           wrong=(', exclude_status="cancelled")', ")")),
+           wrong=(', exclude_status="cancelled")', ")"),
+           conditions=(("from LIS", ('origin="LIS", ', '')), ("to OSL", ('destination="OSL", ', '')),
+                       ("July", (', date_from="2024-07-01", date_before="2024-08-01"', '')),
+                       ("business", ('fare_class="business", ', '')))),
     B.Task(DOMAIN, "overbooked_week",
            "Which scheduled flights departing from 2024-07-01 to 2024-07-07 are overbooked, i.e. have more "
            "bookings that are not cancelled than seats? Submit their flight codes.", (PAGES, OVERBOOKED),
@@ -422,5 +465,7 @@ TASKS = [
                "SELECT f.code FROM flights f JOIN bookings b ON b.flight_id = f.id WHERE f.status = 'scheduled' "
                "AND f.date >= ? AND f.date < ? AND b.status != 'cancelled' GROUP BY f.id "
                "HAVING COUNT(*) > f.capacity ORDER BY f.id", *WEEK)], answer="set",
-           wrong=(', exclude_status="cancelled", limit=1)', ", limit=1)")),
+           wrong=(', exclude_status="cancelled", limit=1)', ", limit=1)"),
+           conditions=(("scheduled", ('status="scheduled", ', '')),
+                       ("week", (', date_from="2024-07-01", date_before="2024-07-08"', '')))),
 ]

@@ -454,6 +454,12 @@ class Task:
     check: check(ctx, expected, answer) -> bool on the *final* state; None means "the answer matches".
     wrong: a plausible wrong solution: a full PTC program, or (old, new) replaced once in the PTC oracle's
       last program. None: the oracle's answer perturbed (numbers + 1 / x 1.1, a set minus one element).
+    conditions: the instruction's filtering conditions (a date range, a kind, a status, a threshold, a site,
+      ...), each with the shortcut that ignores it: (name, (old, new), ...), every (old, new) replaced once in
+      the oracle's programs (in the first program that holds `old`), e.g. ("june", (', week_from="2024-06-03"',
+      ''), ...). The generator plants a distractor per condition, so that each such program gives R = 0 on
+      every level and seed (progagent.audit, check `conditions`; SPEC.md, ProgAgent, task synthesis). A
+      condition that a tool enforces itself (it refuses the call) is not declared: dropping it only crashes.
     tags: what makes the task more than one query (TAGS): 'explore' (a format or location the agent must
       discover), 'errors' (tools that fail transiently, return errors without an error flag, or return
       unstructured text), 'writeback' (several kinds of writes), 'paging' (results over several pages).
@@ -467,6 +473,7 @@ class Task:
   check: Callable[[Ctx, Any, Any], bool] | None = None
   wrong: str | tuple[str, str] | None = None
   tags: tuple[str, ...] = ()
+  conditions: tuple[tuple, ...] = ()
 
   def __post_init__(self):
     bad = sorted(set(self.tags) - set(TAGS))
@@ -478,6 +485,16 @@ class Task:
       raise ValueError(f"task {self.task_id}: answer kind {self.answer!r} not in {ANSWER_KINDS}")
     if isinstance(self.wrong, tuple) and self.wrong[0] not in self.ptc[-1]:
       raise ValueError(f"task {self.task_id}: wrong-solution pattern {self.wrong[0]!r} is not in the oracle")
+    for c in self.conditions:
+      if (not isinstance(c, tuple) or len(c) < 2 or not isinstance(c[0], str) or not c[0]
+          or any(not isinstance(s, tuple) or len(s) != 2 or not all(isinstance(x, str) for x in s) or s[0] == s[1]
+                 for s in c[1:])):
+        raise ValueError(f"task {self.task_id}: a condition is (name, (old, new), ...) with a str name and str "
+                         f"old != new; got {c!r}")
+    if len(set(self.condition_names)) != len(self.conditions):
+      raise ValueError(f"task {self.task_id}: condition names {list(self.condition_names)} are not unique")
+    for name in self.condition_names:
+      self.condition_program(name)   # every pattern is in the oracle
 
   @property
   def task_id(self) -> str:
@@ -498,6 +515,30 @@ class Task:
       return self.wrong
     old, new = self.wrong
     return "\n".join(self.ptc[:-1] + (self.ptc[-1].replace(old, new, 1),))
+
+  @property
+  def condition_names(self) -> tuple[str, ...]:
+    """The names of the declared conditions, in declaration order."""
+    return tuple(c[0] for c in self.conditions)
+
+  def condition_program(self, name: str) -> str:
+    """The oracle with condition `name` dropped, as one program: each (old, new) of the condition replaced
+    once, in the first of the oracle's programs that holds `old` (earlier substitutions applied first).
+
+    Raises:
+      KeyError: no condition of that name (the message lists the task's conditions).
+      ValueError: a pattern is in none of the oracle's programs.
+    """
+    subs = next((c[1:] for c in self.conditions if c[0] == name), None)
+    if subs is None:
+      raise KeyError(f"task {self.task_id} has no condition {name!r}; its conditions: {list(self.condition_names)}")
+    progs = list(self.ptc)
+    for old, new in subs:
+      i = next((i for i, p in enumerate(progs) if old in p), None)
+      if i is None:
+        raise ValueError(f"task {self.task_id}: condition {name!r}: pattern {old!r} is not in the oracle")
+      progs[i] = progs[i].replace(old, new, 1)
+    return "\n".join(progs)
 
   def verify(self, ctx: Ctx, expected: Any, answer: Any) -> int:
     """R in {0, 1}: the answer (if the task asks for one) and the state check (if any) both hold."""

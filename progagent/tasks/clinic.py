@@ -3,6 +3,7 @@ requests and a leave notice are workspace files."""
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import random
@@ -77,7 +78,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for p in rng.sample(range(1, n_pat + 1), rng.randint(1, 3)):   # patients with two Q2 no-shows
     for _ in range(2):
       add(G.rand_date(rng, "2024-04-01", "2024-06-30"), rng.randint(1, len(docs)), "no-show", p)
-  G.insert_rows(ctx, "appointments", appts)
   rx = [{"id": i + 1, "patient_id": rng.randint(1, n_pat), "drug": rng.choice(DRUGS),
          "dose": f"{rng.choice((5, 10, 20, 250, 500))} mg", "start_date": G.rand_date(rng),
          "active": int(rng.random() < 0.7)} for i in range(225 * f)]
@@ -88,7 +88,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for pid in conflicts + pids[-1:]:   # the last: amoxicillin active, allergic to something else
     rx.append({"id": len(rx) + 1, "patient_id": pid, "drug": "amoxicillin", "dose": f"{rng.choice((250, 500))} mg",
                "start_date": G.rand_date(rng, "2024-05-01", "2024-06-30"), "active": 1})
-  G.insert_rows(ctx, "prescriptions", rx)
   active_amox = {r["patient_id"] for r in rx if r["drug"] == "amoxicillin" and r["active"]}
   G.write_docs(ctx, rng, "clinic", ["scheduling", "no_show_policy", "prescribing", "privacy", "triage"])
   ctx.write("leave/leave_notice.txt", f"Staff notice\n\n{docs[on_leave - 1]} will be on leave from {start} to "
@@ -113,6 +112,41 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     rng.shuffle(ids)
     ctx.write(f"requests/cancellations_{j + 1:02d}.txt", "Patients asked to cancel these appointments:\n" +
               "".join(f"- appointment {i}\n" for i in ids))
+  # Distractors of the declared conditions (base.Task.conditions), drawn after everything else so that the rest
+  # of the state is what it would be without them.
+  # busiest_june_day: a June day with more appointments of all statuses (extra cancelled ones) but fewer
+  # completed, and a day before June with more completed appointments than the busiest June day.
+  per_day = collections.Counter(a["date"] for a in appts)
+  done = collections.Counter(a["date"] for a in appts if a["status"] == "completed")
+  crowded = rng.choice([d for d in _days("2024-06-01", "2024-06-30") if d != busy])
+  for _ in range(per_day[busy] - per_day[crowded] + rng.randint(1, 4)):
+    add(crowded, rng.randint(1, len(docs)), "cancelled")
+  spring = G.rand_date(rng, "2024-02-01", "2024-05-31")
+  for _ in range(done[busy] - done[spring] + rng.randint(1, 4)):
+    add(spring, rng.randint(1, len(docs)), "completed")
+  # amoxicillin_allergy_conflicts: a penicillin-allergic intake patient with an inactive amoxicillin and an active
+  # ibuprofen prescription (the conflict needs both the drug and 'active').
+  j = rng.choice([i for i, pid in enumerate(pids[:-1]) if pid not in conflicts])
+  pid = pids[j]
+  for r in rx:
+    if r["patient_id"] == pid and r["drug"] == "amoxicillin":
+      r["active"] = 0
+  for drug, active in (("amoxicillin", 0), ("ibuprofen", 1)):
+    rx.append({"id": len(rx) + 1, "patient_id": pid, "drug": drug, "dose": f"{rng.choice((250, 500))} mg",
+               "start_date": G.rand_date(rng, "2024-01-01", "2024-06-30"), "active": active})
+  allergies = rng.sample([a for a in ALLERGIES if a != "penicillin"], rng.randint(0, 2)) + ["penicillin"]
+  rng.shuffle(allergies)
+  ctx.write(f"intake/patient_{pid:05d}.{fmts[j]}", _intake_text(rng, fmts[j], pid, names[pid - 1], allergies))
+  G.insert_rows(ctx, "appointments", appts)
+  G.insert_rows(ctx, "prescriptions", rx)
+
+
+def _days(start: str, end: str) -> list[str]:
+  """The ISO dates from start to end (both included)."""
+  out = [start]
+  while out[-1] < end:
+    out.append(_day(out[-1], 1))
+  return out
 
 
 # -- tools
@@ -329,24 +363,32 @@ TASKS = [
            "Cancel, with the reason 'doctor on leave', every scheduled appointment of the doctor named in "
            "leave/leave_notice.txt that falls within the leave (both end dates included). Change nothing else.",
            (LEAVE_PROG,), _leave_expected, check=lambda ctx, e, a: _appts(ctx) == e,
-           wrong=("date_to=end", 'date_to=end[:8] + "%02d" % (int(end[8:]) - 1)')),
+           wrong=("date_to=end", 'date_to=end[:8] + "%02d" % (int(end[8:]) - 1)'),
+           conditions=(("doctor", ('doctor_id=doc["id"], ', '')),
+                       ("leave dates", (', date_from=start, date_to=end', '')))),
     B.Task(DOMAIN, "cardiology_noshows_q1",
            "Which appointments with cardiology doctors dated from 2024-01-01 to 2024-03-31 ended as 'no-show'? "
            "Submit the list of their appointment ids.", (NOSHOW,), lambda ctx: [r["id"] for r in ctx.q(
                "SELECT a.id FROM appointments a JOIN doctors d ON d.id = a.doctor_id WHERE d.specialty = "
                "'cardiology' AND a.status = 'no-show' AND a.date BETWEEN '2024-01-01' AND '2024-03-31'")],
-           answer="set", wrong=('date_to="2024-03-31"', 'date_to="2024-04-30"')),
+           answer="set", wrong=('date_to="2024-03-31"', 'date_to="2024-04-30"'),
+           conditions=(("cardiology", ('"list_doctors", specialty="cardiology"', '"list_doctors"')),
+                       ("no-show", ('status="no-show", ', '')),
+                       ("Q1", (', date_from="2024-01-01"', ''), ('date_to="2024-03-31"', '')))),
     B.Task(DOMAIN, "amoxicillin_allergy_conflicts",
            "Which patients have an active amoxicillin prescription although their intake form in intake/ lists a "
            "penicillin allergy? The forms do not all use the same format. Submit the list of their patient ids.",
            (ALLERGY,), _allergy, answer="set", wrong=(' and "penicillin" in allergies.lower()', ""),
-           tags=("explore",)),
+           tags=("explore",),
+           conditions=(("amoxicillin", ('drug="amoxicillin", ', '')), ("active", (', active=1', '')))),
     B.Task(DOMAIN, "busiest_june_day",
            "On which date in June 2024 did the clinic have the most completed appointments (all doctors "
            "together), and how many were there? Submit a list [date as YYYY-MM-DD, count] (on a tie, the earliest "
            "date).", (BUSIEST,), _busiest, answer="list",
            wrong=("best = min(c, key=lambda day: (-c[day], day))",
-                  "best = sorted(c, key=lambda day: (-c[day], day))[1]")),
+                  "best = sorted(c, key=lambda day: (-c[day], day))[1]"),
+           conditions=(("completed", ('status="completed", ', '')),
+                       ("June", (', date_from="2024-06-01"', ''), ('date_to="2024-06-30"', '')))),
     B.Task(DOMAIN, "process_cancellation_requests",
            "The files in requests/ list appointments that patients asked to cancel. Cancel each of them with the "
            "reason 'patient request'. Some of them cannot be cancelled any more; submit the list of the ids of "
@@ -358,5 +400,7 @@ TASKS = [
            "2024-06-30: send each of them exactly one message that states the number of missed appointments, and "
            "write reports/no_show_warnings.csv with the header 'patient_id,no_shows' and one row per warned patient "
            "in increasing patient id order. Send no other messages.", (WARNINGS,), _warnings, check=_warnings_check,
-           wrong=("if k >= 2", "if k >= 1"), tags=("writeback", "errors")),
+           wrong=("if k >= 2", "if k >= 1"), tags=("writeback", "errors"),
+           conditions=(("no-show", ('status="no-show", ', '')),
+                       ("April-June", (', date_from="2024-04-01"', ''), ('date_to="2024-06-30"', '')))),
 ]

@@ -4,6 +4,7 @@ formats) are workspace files; company profiles come as free text from an enrichm
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 
@@ -104,7 +105,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     d = rng.choice([d for d in deals if d["stage"] in ("won", "lost")])
     d.update(stage="negotiation", owner_id=lead, amount=round(top - nego.get(lead, 0.0) + rng.uniform(500, 9000), 2),
              close_date=G.rand_date(rng, "2024-07-01", "2024-12-31"))
-  G.insert_rows(ctx, "deals", deals)
   G.insert_rows(ctx, "activities", [{"deal_id": rng.choice(deals)["id"], "kind": rng.choice(KINDS),
                                      "date": G.rand_date(rng), "note": G.sentence(rng, 7)} for _ in range(250 * f)])
   profiles = [{"company_id": c["id"], "employees": int(10 ** rng.uniform(1.2, 3.8)),
@@ -131,6 +131,38 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         leads.append((c["name"], email, companies[c["company_id"] - 1]["name"]))
     rng.shuffle(leads)
     ctx.write(f"leads/fair_{j + 1:02d}.{fmt}", _leads_file(rng, fmt, leads))
+  _plant_distractors(rng, reps, companies, deals)
+  G.insert_rows(ctx, "deals", deals)
+
+
+def _plant_distractors(rng, reps, companies, deals) -> None:
+  """Deals that make each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): a won healthcare deal closed before Q2 (won_q2_healthcare
+  without the quarter), and lost deals that give another active rep the largest total over all stages
+  (top_negotiation_rep without 'negotiation')."""
+
+  def add(**kw):
+    created = G.rand_date(rng, "2023-10-01", "2024-01-31")
+    deals.append({"id": 7001 + len(deals), "company_id": None, "owner_id": rng.randint(1, N_REPS),
+                  "amount": round(rng.uniform(1000, 90000), 2), "created": created,
+                  "updated": G.rand_date(rng, created, "2024-03-31"), **kw})
+    deals[-1]["close_date"] = deals[-1]["updated"]
+
+  health = [c["id"] for c in companies if c["industry"] == "healthcare"]
+  add(stage="won", company_id=rng.choice(health))
+  active = [r["id"] for r in reps if r["active"]]
+  nego, total = dict.fromkeys(active, 0.0), dict.fromkeys(active, 0.0)
+  for d in deals:
+    if d["owner_id"] in total:
+      total[d["owner_id"]] += d["amount"]
+      nego[d["owner_id"]] += d["amount"] if d["stage"] == "negotiation" else 0.0
+  lead = min(active, key=lambda r: (-round(nego[r], 2), r))
+  rival = rng.choice([r for r in active if r != lead])
+  gap = total[lead] - total[rival] + rng.uniform(5000, 40000)
+  n = max(1, math.ceil(gap / 85000))
+  for _ in range(n):
+    add(stage="lost", company_id=rng.randint(1, len(companies)), owner_id=rival)
+    deals[-1]["amount"] = round(gap / n, 2)
 
 
 # -- tools
@@ -389,19 +421,24 @@ TASKS = [
            lambda ctx: round(ctx.scalar(
                "SELECT SUM(d.amount) FROM deals d JOIN companies c ON c.id = d.company_id WHERE d.stage = 'won' AND "
                "c.industry = 'healthcare' AND d.close_date BETWEEN '2024-04-01' AND '2024-06-30'"), 2),
-           answer="number", wrong=('if d["company_id"] in health:', "if True:")),
+           answer="number", wrong=('if d["company_id"] in health:', "if True:"),
+           conditions=(("won", ('stage="won", ', '')),
+                       ("Q2", (', closed_from="2024-04-01", closed_to="2024-06-30"', '')))),
     B.Task(DOMAIN, "top_negotiation_rep",
            "Which active sales rep owns the largest total amount of deals in stage 'negotiation'? Submit the rep's "
            "name (on a tie, the rep with the smaller id).", (NEGO,),
            lambda ctx: ctx.scalar("SELECT r.name FROM deals d JOIN reps r ON r.id = d.owner_id WHERE r.active = 1 "
                                   "AND d.stage = 'negotiation' GROUP BY r.id ORDER BY -ROUND(SUM(d.amount), 2), r.id "
                                   "LIMIT 1"),
-           answer="text", wrong=('if d["owner_id"] in active:', "if True:")),
+           answer="text", wrong=('if d["owner_id"] in active:', "if True:"),
+           conditions=(("negotiation", ('"list_deals", stage="negotiation"', '"list_deals"')),)),
     B.Task(DOMAIN, "close_stale_prospects",
            "Deals in stage 'prospect' that were last updated before 2024-02-01 are stale. For each of them, set "
            "its stage to 'lost' and log an activity of kind 'note' with the note 'closed as stale'. Change "
            "nothing else.", (STALE,), _stale_expected, check=_state_check,
-           wrong=('updated_before="2024-02-01"', 'updated_before="2024-03-01"'), tags=("writeback",)),
+           wrong=('updated_before="2024-02-01"', 'updated_before="2024-03-01"'), tags=("writeback",),
+           conditions=(("prospect", ('stage="prospect", ', '')),
+                       ("stale date", (', updated_before="2024-02-01"', '')))),
     B.Task(DOMAIN, "new_leads",
            "The files in leads/ list the leads collected at trade fairs, each fair's file in its own format. "
            "Which lead emails belong to no existing contact (compare emails ignoring letter case)? Submit the "
@@ -410,12 +447,14 @@ TASKS = [
     B.Task(DOMAIN, "large_software_companies",
            "According to the data provider's profiles (enrich_company), which companies of the 'software' "
            "industry have more than 500 employees? Submit the list of their names.", (ENRICH,), _enrich_expected,
-           answer="set", wrong=ENRICH_WRONG, tags=("errors",)),
+           answer="set", wrong=ENRICH_WRONG, tags=("errors",),
+           conditions=(("software", ('"list_companies", industry="software"', '"list_companies"')),)),
     B.Task(DOMAIN, "reassign_inactive_reps",
            "Reps marked inactive have left the company. Move each of their open deals (stage not 'won' or "
            "'lost') to the active rep of the same region who owned the fewest open deals before you started (on "
            "a tie, the smaller rep id), and log an activity of kind 'note' with the note 'reassigned' on each "
            "moved deal. Change nothing else.", (REASSIGN,), _reassign_expected, check=_state_check,
            wrong=('every("list_deals", owner_id=r["id"], open=True)', 'every("list_deals", owner_id=r["id"])'),
-           tags=("writeback",)),
+           tags=("writeback",),
+           conditions=(("same region", ('a for a in active if a["region"] == r["region"]', 'a for a in active')),)),
 ]

@@ -71,8 +71,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       issues[k]["state"] = "open" if j else "closed"
       if not any(x["issue_id"] == k + 1 and x["label"] == "security" for x in labels):
         labels.append({"issue_id": k + 1, "label": "security"})
-  G.insert_rows(ctx, "issues", issues)
-  G.insert_rows(ctx, "labels", labels)
   comments = []
   for _ in range(475 * f):
     iid = rng.randint(1, n)
@@ -84,7 +82,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     else:
       author, body = rng.choice(USERS), G.sentence(rng, 10)
     comments.append({"id": len(comments) + 1, "issue_id": iid, "author": author, "body": body})
-  G.insert_rows(ctx, "comments", comments)
   # weekly service reports: the slowest service's report is in seconds and is not ready on the first call
   p95 = {s: rng.randint(120, 2400) for s in COMPONENTS}
   slowest = max(p95, key=p95.get)
@@ -104,6 +101,24 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       lines.append(f"2024-06-{rng.randint(1, 30):02d}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z "
                    f"{lvl} {rng.choice(COMPONENTS)} {rng.choices(LOG_MESSAGES, msg_w)[0]}")
     ctx.write(f"logs/service_{j + 1:03d}.log", "\n".join(lines) + "\n")
+  _plant_distractors(rng, issues, labels, comments, f)
+  G.insert_rows(ctx, "issues", issues)
+  G.insert_rows(ctx, "labels", labels)
+  G.insert_rows(ctx, "comments", comments)
+
+
+def _plant_distractors(rng, issues, labels, comments, f) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): the oldest open issue is not a bug (oldest_open_bug
+  without 'bug'), and people, not the bot, wrote comments of the form 'Duplicate of #N' on open issues the bot
+  left alone (close_bot_duplicates without 'triage-bot')."""
+  bugs = {x["issue_id"] for x in labels if x["label"] == "bug"}
+  first = rng.choice([i for i in issues if i["state"] == "open" and i["id"] not in bugs])
+  first["created"] = G.rand_date(rng, "2023-01-01", "2023-05-31")
+  botted = {c["issue_id"] for c in comments if c["author"] == "triage-bot"}
+  for i in rng.sample([i for i in issues if i["state"] == "open" and i["id"] not in botted], rng.randint(1, 3) * f):
+    comments.append({"id": len(comments) + 1, "issue_id": i["id"], "author": rng.choice(USERS),
+                     "body": f"Duplicate of #{rng.randint(1, len(issues))}? Not sure, can someone check?"})
 
 
 # -- tools
@@ -346,22 +361,26 @@ TASKS = [
            "How many ERROR lines in the files under logs/ mention 'timeout'?", (TIMEOUTS,),
            lambda ctx: sum(1 for p in ctx.files("logs") for line in ctx.read(p).splitlines()
                            if " ERROR " in line and "timeout" in line), answer="int",
-           wrong=('" ERROR " in line and ', "")),
+           wrong=('" ERROR " in line and ', ""),
+           conditions=(("timeout", ('" ERROR " in line and "timeout" in line', '" ERROR " in line')),)),
     B.Task(DOMAIN, "close_bot_duplicates",
            "Close every open issue that has a comment by 'triage-bot' of the form 'Duplicate of #N', with the "
            "reason 'duplicate of #N' (N from the first such comment). Close no other issue.", (DUPLICATES,),
            _dup_expected, check=lambda ctx, e, a: _states(ctx) == {int(k): tuple(v) for k, v in e.items()},
-           wrong=DUPLICATES_WRONG),
+           wrong=DUPLICATES_WRONG,
+           conditions=(("triage-bot", ('author="triage-bot", ', '')),)),
     B.Task(DOMAIN, "label_crash_issues",
            "Add the label 'crash' to every open issue whose title or body mentions 'crash' or 'segfault' (any "
            "letter case). Change no other labels.", (CRASH,), _crash_expected,
            check=lambda ctx, e, a: _labels(ctx) == [tuple(x) for x in e],
-           wrong=('for word in ("crash", "segfault"):', 'for word in ("crash",):')),
+           wrong=('for word in ("crash", "segfault"):', 'for word in ("crash",):'),
+           conditions=(("open", ('state="open", ', '')),)),
     B.Task(DOMAIN, "oldest_open_bug",
            "Which open issue labelled 'bug' was created first? Submit its number (on a tie, the smaller number).",
            (OLDEST,), lambda ctx: ctx.scalar("SELECT i.id FROM issues i JOIN labels l ON l.issue_id = i.id WHERE "
                                              "l.label = 'bug' AND i.state = 'open' ORDER BY i.created, i.id LIMIT 1"),
-           answer="int", wrong=('state="open", label="bug"', 'label="bug"'), tags=("paging",)),
+           answer="int", wrong=('state="open", label="bug"', 'label="bug"'), tags=("paging",),
+           conditions=(("bug", (', label="bug"', '')),)),
     B.Task(DOMAIN, "escalate_security",
            "Escalate every open issue labelled 'security': add the label 'escalated' to it, and write the file "
            "reports/security.md with one line per escalated issue, '#<number> <title>', in increasing number "

@@ -77,7 +77,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     m["status"] = "active"
   solar = [m for m in solar if m["status"] == "active"]
   solar[0]["checks_failed"], solar[1]["checks_failed"], solar[-1]["checks_failed"] = 0, 1, rng.randint(2, 3)
-  G.insert_rows(ctx, "meters", meters)
   base = {m["id"]: rng.uniform(1300, 1600) if m["site_id"] == top else rng.uniform(100, 600) for m in meters}
   spikes = set(rng.sample([m["id"] for m in elec if m["site_id"] != top], rng.randint(2, 4)))
   spikes.add(rng.choice([m["id"] for m in wh]))
@@ -90,7 +89,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         kwh = rng.uniform(2100, 4000)
       value = round(kwh * 1000) if m["unit"] == "Wh" else round(kwh, 1)
       readings.append({"id": len(readings) + 1, "meter_id": m["id"], "week": w, "value": value})
-  G.insert_rows(ctx, "readings", readings)
   G.write_docs(ctx, rng, "energy", ["metering", "tariffs", "safety", "contacts", "reporting"])
   # inspection reports: CSV, JSON and 'key: value' text, in a folder the instructions do not name
   n = B.n_data_files(f)
@@ -114,6 +112,36 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = f"Inspection round {date}\n\n" + "\n".join(f"Meter: {s}\nCondition: {c.upper()}\nTechnician: {t}\n"
                                                          for s, c, t in rows)
     ctx.write(f"field/2024/inspection_{j + 1:03d}.{fmt}", text)
+  _plant_distractors(rng, sites, meters, readings, top, harbour, meter)
+  G.insert_rows(ctx, "meters", meters)
+  G.insert_rows(ctx, "readings", readings)
+
+
+def _plant_distractors(rng, sites, meters, readings, top, harbour, meter) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): a site with huge electricity readings before June
+  (top_site_june / june_spike_review without the June weeks), a site whose gas meter reads more in June than
+  all meters of the top site together (top_site_june / june_spike_review without 'electricity'), and a faulty
+  solar meter with a failed self-test check (failed_selftests without 'active')."""
+  others = [s["id"] for s in sites if s["id"] not in (top, harbour)]
+  before, gas_site = rng.sample(others, 2)
+  by_meter = {}
+  for r in readings:
+    by_meter.setdefault(r["meter_id"], []).append(r)
+  for m in meters:
+    if m["site_id"] == before and m["kind"] == "electricity":   # > 2 meters x 22 weeks x 5000 > the top site's year
+      for r in by_meter[m["id"]][:22]:
+        kwh = rng.uniform(5000, 6000)
+        r["value"] = round(kwh * 1000) if m["unit"] == "Wh" else round(kwh, 1)
+    if m["site_id"] == gas_site and m["kind"] == "gas":   # 4 June weeks x 12000 > every meter of the top site
+      for r in by_meter[m["id"]][22:]:
+        r["value"] = round(rng.uniform(12000, 14000), 1)
+  site = rng.choice([s for s in others if s not in (before, gas_site)])
+  m = meter(site, "solar", status="faulty")
+  m["checks_failed"] = rng.randint(1, 3)
+  for w in WEEKS:
+    readings.append({"id": len(readings) + 1, "meter_id": m["id"], "week": w,
+                     "value": round(rng.uniform(100, 600), 1)})
 
 
 # -- tools
@@ -380,11 +408,15 @@ TASKS = [
            "How much electricity did the electricity meters of the site 'Harbour Depot' record for the weeks "
            "starting 2024-04-01 through 2024-06-24 (inclusive)? Submit the total in kWh, rounded to 2 decimals.",
            (HARBOUR_Q2,), _harbour, answer="number", tags=("explore",),
-           wrong=('r["value"] / 1000 if unit[r["meter_id"]] == "Wh" else r["value"]', 'r["value"]')),
+           wrong=('r["value"] / 1000 if unit[r["meter_id"]] == "Wh" else r["value"]', 'r["value"]'),
+           conditions=(("site", ('site_id=site["id"], kind=', 'kind='), ('site_id=site["id"], kind=', 'kind=')),
+                       ("weeks", (', week_from="2024-04-01",\n                   week_to="2024-06-24"', '')),
+                       ("electricity", (', kind="electricity")', ')'), (', kind="electricity", ', ', ')))),
     B.Task(DOMAIN, "failed_selftests",
            "Run the remote self-test of every active solar meter. Submit the list of serials of the meters whose "
            "self-test reported at least one failed check.", (SELFTEST,), _failed, answer="set", tags=("errors",),
-           wrong=("if n_failed > 0:", "if n_failed > 1:")),
+           wrong=("if n_failed > 0:", "if n_failed > 1:"),
+           conditions=(("solar", ('kind="solar", ', '')), ("active", (', status="active"', '')))),
     B.Task(DOMAIN, "damaged_meters",
            "Field technicians filed inspection reports for the meters somewhere in the workspace; the report files "
            "come in more than one format. Submit the list of serials of all meters reported in damaged condition.",
@@ -396,14 +428,21 @@ TASKS = [
            "kind 'inspect' dated 2024-07-03, and list it in a new file reviews/june_spikes.csv with the header "
            "'serial,kwh' and one line per meter giving its highest such weekly kWh (1 decimal). Change nothing "
            "else.", (SPIKES,), _spikes_expected, check=_spikes_check, tags=("writeback",),
-           wrong=('kwh = r["value"] / 1000 if u == "Wh" else r["value"]', 'kwh = r["value"]')),
+           wrong=('kwh = r["value"] / 1000 if u == "Wh" else r["value"]', 'kwh = r["value"]'),
+           conditions=(("june", (', week_from="2024-06-03", week_to="2024-06-24"', '')),
+                       ("electricity", ('"list_meters", kind="electricity"', '"list_meters"'),
+                        ('"list_readings", kind="electricity", ', '"list_readings", ')))),
     B.Task(DOMAIN, "retire_old_gas",
            "Set the status of every active gas meter installed before 2015-01-01 to 'retired'. Do not change any "
            "other meter.", (RETIRE,), _retire_expected, check=lambda ctx, e, a: _meter_status(ctx) == e,
-           wrong=('kind="gas", status="active",', 'kind="gas",')),
+           wrong=('kind="gas", status="active",', 'kind="gas",'),
+           conditions=(("gas", ('kind="gas", ', '')), ("installed", (', installed_before="2015-01-01"', '')))),
     B.Task(DOMAIN, "top_site_june",
            "Which site's electricity meters recorded the most consumption (in kWh) over the weeks starting "
            "2024-06-03 through 2024-06-24 (inclusive)? Submit the site name.", (TOP_SITE,), _top_site,
            answer="text", tags=("explore",),
-           wrong=('(r["value"] / 1000 if m["unit"] == "Wh" else r["value"])', 'r["value"]')),
+           wrong=('(r["value"] / 1000 if m["unit"] == "Wh" else r["value"])', 'r["value"]'),
+           conditions=(("june", (', week_from="2024-06-03", week_to="2024-06-24"', '')),
+                       ("electricity", ('"list_meters", kind="electricity"', '"list_meters"'),
+                        ('"list_readings", kind="electricity", ', '"list_readings", ')))),
 ]

@@ -36,7 +36,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                    "status": "cancelled" if rng.random() < 0.1 else "scheduled",
                    "price": float(rng.choice((10, 12.5, 15, 20, 25, 30, 45))), "description": G.sentence(rng, 8),
                    "busy": rng.choice((0, 0, 0, 1, 2))})   # event_sales answers 'busy' this many times first
-  G.insert_rows(ctx, "events", events)
   customers = [G.email_of(n, i) for i, n in enumerate(G.unique_names(rng, 525 * f))]
   bookings = []
 
@@ -76,7 +75,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     loser = rng.choice([m for m in group if m != ranking(True)])
     for _ in range(rng.randint(3, 6)):
       book(rng.randint(1, n_ev), loser, rng.randint(4, 6))
-  G.insert_rows(ctx, "bookings", bookings)
   G.write_docs(ctx, rng, "events", ["box_office", "refunds", "venues", "accessibility", "press"])
   picks = rng.sample(sched, B.n_data_files(f))
   kinds = ["cancel", "move"] * (len(picks) // 2)
@@ -88,6 +86,42 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       body = (f"RESCHEDULED: {e['name']}\nNew date: {G.rand_date(rng, '2024-11-01', '2024-12-20')}. "
               "Bookings stay valid.\n")
     ctx.write(f"notices/notice_{j + 1:03d}.txt", body)
+  _plant_distractors(rng, events, customers, group, bookings, book)
+  G.insert_rows(ctx, "events", events)
+  G.insert_rows(ctx, "bookings", bookings)
+
+
+def _plant_distractors(rng, events, customers, group, bookings, book) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them), all on one new cancelled event at the smallest venue: a
+  customer who never booked 7+ seats holds more confirmed seats than every group buyer (top_seat_buyer without
+  'group buyer'), a group buyer's refunded bookings put them first when refunded seats count (top_seat_buyer
+  without 'confirmed'), and so many confirmed seats that the event is oversold (oversold_events without
+  'scheduled')."""
+  small = min(range(len(VENUES)), key=lambda v: VENUES[v][2]) + 1
+  ev = len(events) + 1
+  events.append({"id": ev, "name": f"{rng.choice(KINDS)} #{ev}", "venue_id": small,
+                 "date": G.rand_date(rng, "2024-07-05", "2024-10-31"), "status": "cancelled",
+                 "price": float(rng.choice((10, 12.5, 15, 20, 25, 30, 45))), "description": G.sentence(rng, 8),
+                 "busy": rng.choice((0, 0, 0, 1, 2))})
+
+  def seats(m, statuses):
+    return sum(b["seats"] for b in bookings if b["customer_email"] == m and b["status"] in statuses)
+
+  top = min(group, key=lambda m: (-seats(m, ("confirmed",)), m))
+  loner = rng.choice([m for m in customers if m not in group])
+  while seats(loner, ("confirmed",)) <= seats(top, ("confirmed",)):
+    book(ev, loner, rng.randint(4, 6))
+  rival = rng.choice([m for m in group if m != top])
+  while seats(rival, ("confirmed", "refunded")) <= seats(top, ("confirmed", "refunded")):
+    book(ev, rival, rng.randint(4, 6), "refunded")
+  while seats_of_event(bookings, ev) <= VENUES[small - 1][2]:
+    book(ev, rng.choice([m for m in customers if m not in group]), rng.randint(1, 6))
+
+
+def seats_of_event(bookings, ev) -> int:
+  """Confirmed seats of one event in the generator's bookings."""
+  return sum(b["seats"] for b in bookings if b["event_id"] == ev and b["status"] == "confirmed")
 
 
 # -- tools
@@ -351,7 +385,8 @@ TASKS = [
     B.Task(DOMAIN, "oversold_events",
            "Which scheduled events have more confirmed seats booked than their venue's capacity? Submit the list "
            "of their names.", (OVERSOLD,), _oversold, answer="set", tags=("errors",),
-           wrong=('s["confirmed_seats"] > cap', 's["confirmed_seats"] + s["refunded_seats"] > cap')),
+           wrong=('s["confirmed_seats"] > cap', 's["confirmed_seats"] + s["refunded_seats"] > cap'),
+           conditions=(("scheduled", ('"list_events", status="scheduled"', '"list_events"')),)),
     B.Task(DOMAIN, "refund_cancelled_notices",
            "Some files in notices/ announce that an event is cancelled (first line 'CANCELLED: <event name>'). "
            "Refund every confirmed booking of those events, and nothing else.", (REFUND,), _refund_expected,
@@ -365,12 +400,15 @@ TASKS = [
                "SELECT COALESCE(SUM(b.seats * e.price), 0) FROM bookings b JOIN events e ON e.id = b.event_id JOIN "
                "venues v ON v.id = e.venue_id WHERE v.city = 'Lisbon' AND e.status = 'scheduled' AND "
                "b.status = 'confirmed'"), 2),
-           answer="number", tags=("errors",), wrong=('status="scheduled", ', "")),
+           answer="number", tags=("errors",), wrong=('status="scheduled", ', ""),
+           conditions=(("Lisbon", ('tools["list_venues"](city="Lisbon")', 'tools["list_venues"](limit=200)')),)),
     B.Task(DOMAIN, "top_seat_buyer",
            "Customers with at least one confirmed booking of 7 or more seats are group buyers. Which group buyer "
            "holds the most seats in confirmed bookings over all events (all their confirmed bookings count, small "
            "ones too)? Submit the e-mail (on a tie, the alphabetically first).", (TOP,), _top,
-           answer="text", wrong=TOP_WRONG),
+           answer="text", wrong=TOP_WRONG,
+           conditions=(("confirmed", ('(customer_email=m, status="confirmed")', '(customer_email=m)')),
+                       ("group buyer", ('(status="confirmed", min_seats=7)', '(status="confirmed")')))),
     B.Task(DOMAIN, "reschedule_notices",
            "Some files in notices/ announce that an event moves (first line 'RESCHEDULED: <event name>', then "
            "'New date: YYYY-MM-DD'). For each such event: set its date to the new date, and send one e-mail to "

@@ -92,18 +92,19 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   txs.sort(key=lambda t: order[id(t)])
   for i, t in enumerate(txs):
     t["id"] = i + 1
-  G.insert_rows(ctx, "transactions", txs)
   G.insert_rows(ctx, "statement_busy", [{"account_id": a, "month": m} for a in range(1, len(accts) + 1)
                                         for m in MONTHS if rng.random() < 0.3])
   G.write_docs(ctx, rng, "finance", ["budget", "categories", "reconciliation", "cards", "taxes"])
   purchases = [t for t in txs if t["amount"] < 0]
   n = 2 * f   # receipts: half of the data files
   unmatched = set(rng.sample(range(n), rng.randint(1, n - 1)))
+  misses = []   # (merchant, date, total) of the receipts without a transaction
   for j, (fmt, num) in enumerate(zip(_formats(rng, n), rng.sample(range(100000, 999999), n))):
     t = rng.choice(purchases)
     total = -t["amount"]
     if j in unmatched:
       total = round(max(1.0, total + rng.choice((-1, 1)) * rng.uniform(0.5, 9)), 2)
+      misses.append((t["merchant"], t["date"], total, t["category"]))
     ctx.write(f"receipts/{num}.{fmt}", _receipt(rng, fmt, t["merchant"], t["date"], total))
   for fmt, num in zip(_formats(rng, n), rng.sample(range(1000, 9999), n)):   # bank exports: the other half
     acct = rng.randint(1, len(accts))
@@ -119,6 +120,32 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         entries.append((t["date"], t["merchant"], t["category"], t["amount"]))
     rng.shuffle(entries)
     ctx.write(f"imports/export_{num}.{fmt}", _export(fmt, accts[acct - 1][0], entries))
+  _plant_distractors(rng, accts, txs, misses)
+  G.insert_rows(ctx, "transactions", txs)
+
+
+def _plant_distractors(rng, accts, txs, misses) -> None:
+  """Transactions that make each declared condition matter (base.Task.conditions; drawn after everything else,
+  so the rest of the state is what it would be without them; the ids are renumbered): a transaction posted twice
+  on a credit account in May and one on another account type in June (flag_duplicates without 'June' /
+  'credit'), and a transaction with the merchant and amount of an unmatched receipt on another day, among the
+  first ones (unmatched_receipts without 'same date')."""
+  credit = [i + 1 for i, (_, t) in enumerate(accts) if t == "credit"]
+  other = [i + 1 for i, (_, t) in enumerate(accts) if t != "credit"]
+  for acct, month in ((rng.choice(credit), "05"), (rng.choice(other), "06")):
+    cat = rng.choice(SPEND)
+    src = {"id": 0, "account_id": acct, "date": G.rand_date(rng, f"2024-{month}-01", f"2024-{month}-28"),
+           "amount": _purchase(rng, cat, 1.0), "category": cat, "merchant": rng.choice(MERCHANTS[cat]),
+           "memo": G.sentence(rng, 6)}
+    txs += [src, dict(src, memo="posted twice")]
+  merchant, date, total, cat = rng.choice(misses)
+  day = G.rand_date(rng)
+  while day == date:
+    day = G.rand_date(rng)
+  txs.insert(rng.randrange(20), {"id": 0, "account_id": rng.randint(1, len(accts)), "date": day, "amount": -total,
+                                 "category": cat, "merchant": merchant, "memo": G.sentence(rng, 6)})
+  for i, t in enumerate(txs):
+    t["id"] = i + 1
 
 
 # -- tools
@@ -429,7 +456,9 @@ TASKS = [
            lambda ctx: round(ctx.scalar("SELECT SUM(t.amount) FROM transactions t JOIN accounts a ON "
                                         "a.id = t.account_id WHERE a.name = 'Household Checking' AND "
                                         "t.date LIKE '2024-03-%'"), 2), answer="number",
-           wrong=('t["amount"] for t', 'abs(t["amount"]) for t')),
+           wrong=('t["amount"] for t', 'abs(t["amount"]) for t'),
+           conditions=(("account", ('account_id=acct["id"], month="2024-03", ', 'month="2024-03", ')),
+                       ("March", ('account_id=acct["id"], month="2024-03", ', 'account_id=acct["id"], ')))),
     B.Task(DOMAIN, "flag_duplicates",
            "Reconcile the June 2024 transactions of the credit-type accounts. One of them is a duplicate when an "
            "earlier transaction (smaller id) of the same account has the same date, merchant and amount. Flag "
@@ -437,12 +466,15 @@ TASKS = [
            "occurrence is not a duplicate.", (DUPS,), _dups,
            check=lambda ctx, e, a: sorted((r["transaction_id"], r["reason"]) for r in ctx.q(
                "SELECT * FROM flags")) == [(i, "duplicate") for i in e],
-           wrong=DUPS_WRONG),
+           wrong=DUPS_WRONG,
+           conditions=(("June", (', month="2024-06", offset=offset', ', offset=offset')),
+                       ("credit", ('tools["list_accounts"](type="credit")', 'tools["list_accounts"]()')))),
     B.Task(DOMAIN, "unmatched_receipts",
            "The receipts in receipts/ were scanned by different apps. Which of them have no transaction with the "
            "same merchant, the same date and the same amount (purchases are stored as negative amounts)? Submit "
            "the list of their paths, e.g. 'receipts/123456.txt'.", (RECEIPTS,), _receipts, answer="set",
-           wrong=('abs(h["amount"] + total)', 'abs(h["amount"] - total)'), tags=("explore",)),
+           wrong=('abs(h["amount"] + total)', 'abs(h["amount"] - total)'), tags=("explore",),
+           conditions=(("same date", (', date_from=date, date_to=date', '')),)),
     B.Task(DOMAIN, "top_category_q2",
            "Using the banks' monthly statements (monthly_statement) of all accounts for April, May and June 2024, "
            "which category has the largest spending in that quarter? Submit a list [category, spending], the "

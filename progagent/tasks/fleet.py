@@ -320,7 +320,8 @@ TASKS = [
     B.Task(DOMAIN, "may_distance",
            "What total distance did the whole fleet drive in May 2024? Submit the kilometres rounded to 1 decimal.",
            (MAY,), lambda ctx: round(ctx.scalar("SELECT SUM(distance_km) FROM trips WHERE date LIKE '2024-05-%'"), 1),
-           answer="number", tags=("paging",), wrong=('date_to="2024-05-31"', 'date_to="2024-05-30"')),
+           answer="number", tags=("paging",), wrong=('date_to="2024-05-31"', 'date_to="2024-05-30"'),
+           conditions=(("May", ('date_from="2024-05-01", date_to="2024-05-31", ', '')),)),
     B.Task(DOMAIN, "brake_reports",
            "Every vehicle mentioned in a driver log line (driver_logs/) that contains the word 'brake' (any letter "
            "case) needs one maintenance job of kind 'brakes' on 2024-07-10: schedule exactly one per vehicle, and "

@@ -3,6 +3,7 @@ workspace files; first-response times come from an SLA service that answers in f
 
 from __future__ import annotations
 
+import collections
 import random
 import re
 
@@ -34,8 +35,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   duty = [int(rng.random() < 0.6) for _ in names]
   for i in rng.sample(range(6, 10), 2):   # at least two tier2 agents on duty
     duty[i] = 1
-  G.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": duty[i]}
-                                for i, nm in enumerate(names)])
   customers = G.unique_names(rng, 130 * f)
   tickets = []
   for i in range(390 * f):
@@ -48,7 +47,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   n_free, n_taken = rng.randint(2, 4), rng.randint(1, 3)   # open urgent tickets, unassigned or not
   for k, t in enumerate(rng.sample(tickets, n_free + n_taken)):
     t.update(priority="urgent", status="open", assignee_id=None if k < n_free else rng.randint(1, 12))
-  G.insert_rows(ctx, "tickets", tickets)
   sla = []
   for t in tickets:
     target = SLA_TARGET_H[t["priority"]] * 60
@@ -60,7 +58,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   scope_breach = [s for s in scope if s["response_minutes"] > SLA_TARGET_H[tickets[s["ticket_id"] - 5001]
                                                                             ["priority"]] * 60]
   rng.choice(scope_breach)["busy"] = 1
-  G.insert_rows(ctx, "sla", sla)
   G.write_docs(ctx, rng, "helpdesk", ["escalation", "sla", "macros", "tone_guide", "rota"])
   ctx.write("oncall.txt", f"On-call agent: {names[rng.randint(6, 9)]}\n")
   n_tr = B.n_data_files(f) - 1   # one data slot holds the handover note
@@ -81,6 +78,50 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   ctx.write(f"shift_notes/{rng.choice(('early', 'late', 'night'))}/handover_06{rng.randint(10, 28)}.txt",
             f"Handover from {rng.choice(names)}\n\n{G.sentence(rng, 9)}\n\nPlease escalate:\n"
             + "".join(f"  * {r}\n" for r in refs) + f"\n{G.sentence(rng, 7)}\n")
+  _plant_distractors(rng, teams, duty, tickets, sla, customers)
+  G.insert_rows(ctx, "agents", [{"id": i + 1, "name": nm, "team": teams[i], "on_duty": duty[i]}
+                                for i, nm in enumerate(names)])
+  G.insert_rows(ctx, "tickets", tickets)
+  G.insert_rows(ctx, "sla", sla)
+
+
+def _plant_distractors(rng, teams, duty, tickets, sla, customers) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them). escalate_handover: an on-duty tier1 agent and an
+  off-duty tier2 agent hold no open ticket (their open tickets go to other tier1 / billing agents) while every
+  on-duty tier2 agent holds one or more (without 'tier2' / 'on duty' another agent would be picked).
+  busiest_agent: closed tickets give another agent the most tickets of all statuses (without 'open or
+  pending')."""
+  def ticket(**kw):
+    t = {"id": 5001 + len(tickets), "customer_email": G.email_of(rng.choice(customers), len(tickets)),
+         "subject": rng.choice(SUBJECTS), "priority": rng.choice(("low", "normal")), "status": "open",
+         "created": G.rand_date(rng), "assignee_id": None, "body": G.sentence(rng, 12)}
+    t.update(kw)
+    tickets.append(t)
+    sla.append({"ticket_id": t["id"], "busy": int(rng.random() < 0.3),
+                "response_minutes": rng.randint(max(5, SLA_TARGET_H[t["priority"]] * 12),
+                                                SLA_TARGET_H[t["priority"]] * 120)})
+
+  tier1 = [i for i, t in enumerate(teams) if t == "tier1"]
+  tier2 = [i for i, t in enumerate(teams) if t == "tier2"]
+  on2 = [i for i in tier2 if duty[i]]
+  off2 = rng.choice([i for i in tier2 if not duty[i]] or on2)
+  duty[off2] = 0
+  idle = rng.choice(tier1)
+  duty[idle] = 1
+  helpers = [i for i, t in enumerate(teams) if t != "tier2" and i != idle]
+  for t in tickets:
+    if t["status"] == "open" and t["assignee_id"] in (idle + 1, off2 + 1):
+      t["assignee_id"] = rng.choice(helpers) + 1
+  for i in tier2:
+    if duty[i] and not any(t["status"] == "open" and t["assignee_id"] == i + 1 for t in tickets):
+      ticket(assignee_id=i + 1)
+  live = collections.Counter(t["assignee_id"] for t in tickets if t["status"] in ("open", "pending"))
+  every = collections.Counter(t["assignee_id"] for t in tickets)
+  lead = min(range(1, len(teams) + 1), key=lambda a: (-live[a], a))
+  rival = rng.choice([a for a in range(1, len(teams) + 1) if a != lead])
+  for _ in range(every[lead] - every[rival] + rng.randint(1, 4)):
+    ticket(status="closed", assignee_id=rival, priority=rng.choice(PRIORITIES))
 
 
 # -- tools
@@ -326,7 +367,8 @@ TASKS = [
     B.Task(DOMAIN, "assign_urgent_oncall",
            "Assign every open ticket of priority 'urgent' that has no assignee to the on-call agent named in "
            "oncall.txt. Change nothing else.", (ONCALL,), _oncall_expected,
-           check=lambda ctx, e, a: _tickets(ctx) == e, wrong=("assigned=False, ", "")),
+           check=lambda ctx, e, a: _tickets(ctx) == e, wrong=("assigned=False, ", ""),
+           conditions=(("open", ('status="open", ', '')), ("urgent", ('priority="urgent", ', '')))),
     B.Task(DOMAIN, "refund_transcripts",
            "Which of the chat transcripts in transcripts/ contain the word 'refund' (in any letter case)? Submit "
            "the list of their ticket ids (numbers).", (REFUND,), _refund_expected, answer="set",
@@ -334,18 +376,22 @@ TASKS = [
     B.Task(DOMAIN, "close_old_resolved",
            "Set the status of every 'resolved' ticket created before 2024-05-01 to 'closed'. Change nothing else.",
            (CLOSE,), _close_expected, check=lambda ctx, e, a: _tickets(ctx) == e,
-           wrong=('created_before="2024-05-01", ', ""), tags=("paging",)),
+           wrong=('created_before="2024-05-01", ', ""), tags=("paging",),
+           conditions=(("resolved", ('status="resolved", ', '')),)),
     B.Task(DOMAIN, "busiest_agent",
            "Which agent is assigned the most tickets whose status is 'open' or 'pending'? Submit the agent's "
            "name (on a tie, the agent with the smaller id).", (BUSIEST,),
            lambda ctx: ctx.scalar("SELECT a.name FROM tickets t JOIN agents a ON a.id = t.assignee_id WHERE "
                                   "t.status IN ('open', 'pending') GROUP BY a.id ORDER BY COUNT(*) DESC, a.id LIMIT 1"),
            answer="text", wrong=("best = min(counts, key=lambda a: (-counts[a], a))",
-                                 "best = sorted(counts, key=lambda a: (-counts[a], a))[1]")),
+                                 "best = sorted(counts, key=lambda a: (-counts[a], a))[1]"),
+           conditions=(("open or pending", ('for st in ("open", "pending")', 'for st in (None,)')),)),
     B.Task(DOMAIN, "sla_breaches",
            "Which open tickets of priority 'high' or 'urgent' missed their first-response target, according to "
            "the SLA service (sla_report)? Submit the list of their ticket ids.", (SLA,), _sla_expected,
-           answer="set", wrong=SLA_WRONG, tags=("errors",)),
+           answer="set", wrong=SLA_WRONG, tags=("errors",),
+           conditions=(("open", ('status="open", ', '')),
+                       ("high or urgent", ('for prio in ("high", "urgent"):', 'for prio in (None,):')))),
     B.Task(DOMAIN, "escalate_handover",
            "A shift handover note somewhere in the workspace lists tickets to escalate. Escalate each listed "
            "ticket whose status is 'open' or 'pending': assign it to the on-duty tier2 agent with the fewest "
@@ -353,5 +399,6 @@ TASKS = [
            "'escalated' to it. Leave the other listed tickets alone and change nothing else.", (HANDOVER,),
            _handover_expected,
            check=lambda ctx, e, a: _tickets(ctx) == e["tickets"] and _comments(ctx) == e["comments"],
-           wrong=('["status"] in ("open", "pending")', '["status"] != "spam"'), tags=("explore", "writeback")),
+           wrong=('["status"] in ("open", "pending")', '["status"] != "spam"'), tags=("explore", "writeback"),
+           conditions=(("tier2", ('team="tier2", ', '')), ("on duty", (', on_duty=True', '')))),
 ]

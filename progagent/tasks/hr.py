@@ -53,7 +53,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   # A departed Legal employee whose manager works elsewhere (the trap of cross_dept_managers).
   emps.append(dict(emps[1], id=n + 2, name=names[n + 1], email=G.email_of(names[n + 1], n + 2, "corp.example"),
                    dept_id=6, active=0, manager_id=rng.choice([e["id"] for e in emps if e["dept_id"] != 6])))
-  G.insert_rows(ctx, "employees", emps)
   # June timesheets; `busy` (hidden) is how many times the service answers "busy" before giving the summary.
   G.insert_rows(ctx, "timesheets", [{"employee_id": e["id"], "hours": rng.randint(300, 350) / 2,
                                      "overtime": rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 10, 12)) + rng.choice((0, .5)),
@@ -77,6 +76,12 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     else:
       ctx.write(f"{stem}.csv", f"employee_id,period,rating,max_rating,comment\n{e['id']},2024-H1,{score},{scale},"
                 f"{G.sentence(rng, 8)}\n")
+  # The distractor of earliest_hire_sales without 'Sales' (base.Task.conditions; drawn last, so the rest of the
+  # state is what it would be without it): an active employee of another department hired before 2005, before
+  # every other active employee.
+  rng.choice([e for e in emps if e["active"] and e["dept_id"] != 2])["hire_date"] = G.rand_date(rng, "2004-01-01",
+                                                                                                 "2004-12-31")
+  G.insert_rows(ctx, "employees", emps)
 
 
 def _get_employee(ctx, employee_id):
@@ -258,7 +263,8 @@ TASKS = [
            "What is the average salary of the active employees of the Engineering department? Round it to 2 "
            "decimals.", (PAGES, AVG_ENG),
            lambda ctx: round(ctx.scalar("SELECT AVG(salary) FROM employees WHERE dept_id = 1 AND active = 1"), 2),
-           answer="number", wrong=(", active=1)", ")")),
+           answer="number", wrong=(", active=1)", ")"),
+           conditions=(("Engineering", ('department_id=dept["id"], ', '')),)),
     B.Task(DOMAIN, "raise_top_rated",
            "Every employee whose review in reviews/ has the top rating of its scale gets a 10% raise: set their "
            "salary to round(salary * 1.10, 2). Change no other salary. Then write payroll/raises.csv with the "
@@ -268,16 +274,19 @@ TASKS = [
            tags=("explore", "writeback")),
     B.Task(DOMAIN, "cross_dept_managers",
            "Which active employees of the Legal department have a manager who works in a different department? "
-           "Submit their employee ids.", (PAGES, CROSS), _cross, answer="set", wrong=(", active=1)", ")")),
+           "Submit their employee ids.", (PAGES, CROSS), _cross, answer="set", wrong=(", active=1)", ")"),
+           conditions=(("Legal", ('department_id=6, ', '')),)),
     B.Task(DOMAIN, "earliest_hire_sales",
            "Who is the active employee of the Sales department with the earliest hire date? Submit the name "
            "(on a tie, the employee with the smaller id).", (PAGES, EARLIEST),
            lambda ctx: ctx.scalar("SELECT name FROM employees WHERE dept_id = 2 AND active = 1 "
-                                  "ORDER BY hire_date, id LIMIT 1"), answer="text", wrong=(", active=1)", ")")),
+                                  "ORDER BY hire_date, id LIMIT 1"), answer="text", wrong=(", active=1)", ")"),
+           conditions=(("Sales", ('department_id=dept["id"], ', '')),)),
     B.Task(DOMAIN, "overtime_legal",
            "How many hours of overtime did the active employees of the Legal department log in June 2024 in "
            "total, according to their timesheets? Submit the number of hours (1 decimal).", (PAGES, OVERTIME),
            lambda ctx: round(ctx.scalar("SELECT COALESCE(SUM(t.overtime), 0) FROM timesheets t JOIN employees e "
                                         "ON e.id = t.employee_id WHERE e.dept_id = 6 AND e.active = 1"), 1),
-           answer="number", wrong=(r"([\d.]+) h of it overtime", r"([\d.]+) h logged"), tags=("errors",)),
+           answer="number", wrong=(r"([\d.]+) h of it overtime", r"([\d.]+) h logged"), tags=("errors",),
+           conditions=(("Legal", ('department_id=dept["id"], ', '')),)),
 ]

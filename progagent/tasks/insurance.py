@@ -115,8 +115,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   rng.shuffle(claims)
   for i, c in enumerate(claims):
     c["id"] = 70001 + i
-  G.insert_rows(ctx, "policies", policies)
-  G.insert_rows(ctx, "claims", claims)
   G.write_docs(ctx, rng, "insurance", ["products", "claims_handling", "renewals", "fraud", "contacts"])
   # New claim forms in three formats (amount in EUR text, plain EUR, or cents); some policies are not active.
   k = B.n_data_files(f)
@@ -137,6 +135,39 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                 f"{G.sentence(rng, 12)}\n")
     else:
       ctx.write(f"{stem}.csv", f"form_id,policy_id,amount_cents\n{form},{p['id']},{round(amount * 100)}\n")
+  _plant_distractors(rng, policies, claims, policy, claim)
+  G.insert_rows(ctx, "policies", policies)
+  G.insert_rows(ctx, "claims", claims)
+
+
+def _plant_distractors(rng, policies, claims, policy, claim) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): a cancelled home policy ending in July (renewal_letters
+  without 'active'); high-risk claims of at least 5,000 that are not open, or filed in May, and a high-risk open
+  June claim below 5,000 (fraud_review without 'open' / 'June' / '5000'); paid claims on another product that
+  put a customer ahead of the top pet claimant (top_pet_claimant without 'pet')."""
+  policy("home", G.rand_date(rng, "2023-07-02", "2023-08-01"), "cancelled")
+  held = [p for p in policies if p["product"] in ("auto", "home", "life") and p["start_date"] < "2024-05-01"
+          and p["end_date"] >= JUNE[1]]
+  for filed, amount, status in ((G.rand_date(rng, JUNE[0], "2024-06-30"), rng.uniform(5001, 25000), "rejected"),
+                                (G.rand_date(rng, "2024-05-01", "2024-05-31"), rng.uniform(5001, 25000), "open"),
+                                (G.rand_date(rng, JUNE[0], "2024-06-30"), rng.uniform(1000, 4999), "open")):
+    claim(rng.choice(held), filed, round(amount, 2), status, risk=round(rng.uniform(0.8, 0.99), 2))
+  owner = {p["id"]: p for p in policies}
+  pet, every = {}, {}
+  for c in claims:
+    if c["status"] == "paid":
+      p = owner[c["policy_id"]]
+      every[p["customer_id"]] = every.get(p["customer_id"], 0.0) + c["amount"]
+      if p["product"] == "pet":
+        pet[p["customer_id"]] = pet.get(p["customer_id"], 0.0) + c["amount"]
+  leader = min(pet, key=lambda k: (-round(pet[k], 2), k))
+  rival = policy("life", G.rand_date(rng, "2023-09-01", "2024-03-31"), "active")
+  while rival["customer_id"] == leader:
+    rival["customer_id"] = rng.randint(1, max(p["customer_id"] for p in policies))
+  gap = every[leader] - every.get(rival["customer_id"], 0.0)
+  while gap >= 0:
+    gap -= claim(rival, G.rand_date(rng, rival["start_date"], "2024-06-30"), status="paid")["amount"]
 
 
 # -- tools
@@ -394,7 +425,9 @@ TASKS = [
            "What is the total yearly premium of the active auto policies that end in July 2024? Submit the amount "
            "rounded to 2 decimals.", (PAGES, PREMIUMS),
            lambda ctx: round(sum(p["premium"] for p in _july(ctx, "auto")), 2),
-           answer="number", wrong=(' status="active",', "")),
+           answer="number", wrong=(' status="active",', ""),
+           conditions=(("auto", ('product="auto", ', '')),
+                       ("July", (', ends_from="2024-07-01", ends_before="2024-08-01"', '')))),
     B.Task(DOMAIN, "renewal_letters",
            "Active home policies that end in July 2024 renew with a 5% higher premium: round(premium * 1.05, 2). "
            "Send each such policy's customer one letter (subject 'Renewal') whose text names the policy as "
@@ -403,13 +436,18 @@ TASKS = [
            (PAGES, RENEWALS), lambda ctx: [[p["id"], p["customer_id"], round(p["premium"] * 1.05, 2)]
                                            for p in _july(ctx, "home")],
            check=_renewals_check, wrong=('ends_before="2024-08-01"', 'ends_before="2024-09-01"'),
-           tags=("writeback",)),
+           tags=("writeback",),
+           conditions=(("home", ('product="home", ', '')), ("active", (' status="active",', '')),
+                       ("July", (', ends_from="2024-07-01", ends_before="2024-08-01"', '')))),
     B.Task(DOMAIN, "fraud_review",
            "Run the fraud check on every open claim filed in June 2024 with an amount of at least 5,000. Which of "
            "them get a risk score of 0.80 or more? Submit their claim ids.", (PAGES, FRAUD),
            lambda ctx: [r["id"] for r in ctx.q("SELECT id FROM claims WHERE status = 'open' AND filed >= ? AND "
                                                "filed < ? AND amount >= 5000 AND risk >= 0.8", *JUNE)],
-           answer="set", wrong=("for attempt in range(5):", "for attempt in range(1):"), tags=("errors",)),
+           answer="set", wrong=("for attempt in range(5):", "for attempt in range(1):"), tags=("errors",),
+           conditions=(("open", ('status="open", ', '')),
+                       ("June", (', filed_from="2024-06-01", filed_before="2024-07-01"', '')),
+                       ("5000", (', min_amount=5000', '')))),
     B.Task(DOMAIN, "claim_forms_active_total",
            "New claim forms were saved as files somewhere in the workspace (one form per file; the formats "
            "differ). What is the total amount claimed, in EUR, by the forms whose policy is currently active? "
@@ -419,10 +457,14 @@ TASKS = [
            "Which customer has received the largest total of paid claims on pet policies (sum of the claim "
            "amounts of claims with status 'paid')? Submit the customer's name (on a tie, the smaller customer "
            "id).", (PAGES, TOP_PET), _top_pet, answer="text",
-           wrong=(', status="paid")', ")"), tags=("paging",)),
+           wrong=(', status="paid")', ")"), tags=("paging",),
+           conditions=(("pet", ('fetch_all("list_policies", product="pet")', 'fetch_all("list_policies")'),
+                               ('"list_claims", product="pet", ', '"list_claims", ')),)),
     B.Task(DOMAIN, "approve_travel_claims",
            "Approve every open travel claim filed in June 2024: set its status to 'approved' with the payout "
            "max(0, amount - the policy's deductible), rounded to 2 decimals. Change no other claim.",
            (PAGES, APPROVE), _approve_expected, check=_approve_check,
-           wrong=('payout=round(max(0.0, c["amount"] - ded), 2)', 'payout=c["amount"]')),
+           wrong=('payout=round(max(0.0, c["amount"] - ded), 2)', 'payout=c["amount"]'),
+           conditions=(("travel", ('product="travel", ', '')),
+                       ("June", (', filed_from="2024-06-01", filed_before="2024-07-01"', '')))),
 ]

@@ -3,6 +3,7 @@ and stock-count sheets are workspace files; suppliers publish free-text status r
 
 from __future__ import annotations
 
+import collections
 import json
 import random
 
@@ -63,7 +64,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   p1, p2 = rng.sample(low, 2)
   p1["supplier_id"] = rng.choice([i + 1 for i, k in enumerate(kinds) if k])
   p2["supplier_id"] = rng.choice(no_delay)
-  G.insert_rows(ctx, "products", prods)
   G.write_docs(ctx, rng, "inventory", ["receiving", "reordering", "safety", "suppliers", "layout"])
   n_files = B.n_data_files(f)
   fmts = ["json", "txt"] + [rng.choice(("csv", "json", "txt")) for _ in range(n_files // 2 - 2)]
@@ -89,6 +89,19 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       c = p["stock"] if rng.random() < 0.3 else max(0, p["stock"] + rng.choice((-1, 1)) * rng.randint(1, 12))
       lines.append(f"{p['sku']},{c}\n")
     ctx.write(f"counts/count_sheet_{j + 1:03d}.csv", "sku,counted\n" + "".join(lines))
+  # The distractor of top_electrical_supplier without 'electrical' (base.Task.conditions; drawn last, so the rest
+  # of the state is what it would be without it): another supplier takes over products of other categories (in
+  # stock) until it supplies the most products of all.
+  count = lambda cat=None: collections.Counter(p["supplier_id"] for p in prods if cat in (None, p["category"]))
+  elec = count("electrical")
+  lead = min(elec, key=lambda k: (-elec[k], k))
+  rival = rng.choice([i + 1 for i in range(n_sup) if i + 1 != lead])
+  spare = [p for p in prods if p["category"] != "electrical" and p["stock"] >= p["reorder_level"]
+           and p["supplier_id"] not in (lead, rival)]
+  rng.shuffle(spare)
+  for p in spare[:count()[lead] - count()[rival] + rng.randint(1, 3)]:
+    p["supplier_id"] = rival
+  G.insert_rows(ctx, "products", prods)
 
 
 def _product(ctx, sku):
@@ -322,20 +335,23 @@ TASKS = [
            "category? Round it to 2 decimals.", (VALUE,),
            lambda ctx: round(ctx.scalar("SELECT SUM(stock * unit_cost) FROM products WHERE category = "
                                         "'electrical'"), 2),
-           answer="number", wrong=('p["stock"] * p["unit_cost"]', 'p["unit_cost"]')),
+           answer="number", wrong=('p["stock"] * p["unit_cost"]', 'p["unit_cost"]'),
+           conditions=(("electrical", ('category="electrical", ', '')),)),
     B.Task(DOMAIN, "top_electrical_supplier",
            "Which supplier supplies the most products of the 'electrical' category? Submit the supplier's name "
            "(on a tie, the supplier with the smaller id).", (SUPPLIER,),
            lambda ctx: ctx.scalar("SELECT s.name FROM products p JOIN suppliers s ON s.id = p.supplier_id "
                                   "WHERE p.category = 'electrical' GROUP BY s.id ORDER BY COUNT(*) DESC, s.id LIMIT 1"),
            answer="text",
-           wrong=("best = min(c, key=lambda s: (-c[s], s))", "best = sorted(c, key=lambda s: (-c[s], s))[1]")),
+           wrong=("best = min(c, key=lambda s: (-c[s], s))", "best = sorted(c, key=lambda s: (-c[s], s))[1]"),
+           conditions=(("electrical", ('category="electrical", ', '')),)),
     B.Task(DOMAIN, "delayed_low_stock",
            "Which products whose stock is below their reorder level come from a supplier whose latest status "
            "report says its deliveries are currently late? Submit the list of their SKUs.", (DELAYED_PROG,),
            _delayed, answer="set",
            wrong=('re.search(r"\\d+ days", report) is not None', '"delay" in report.lower() or "days" in report'),
-           tags=("errors",)),
+           tags=("errors",),
+           conditions=(("below reorder level", ('low_stock=True, limit=200', 'limit=200')),)),
     B.Task(DOMAIN, "stock_count",
            "The sheets in counts/ hold today's physical stock counts (sku,counted). Set every counted product's "
            "stock to the counted quantity, and for every counted product whose counted quantity is below its "

@@ -21,6 +21,7 @@ NOUN = ("Garden River Harbor Letter Mountain Orchard Lantern Bridge Island Kingd
         "Shadow Crown Season Window").split()
 AUTHOR = "Agatha Morland"
 DISTRACTOR = "Agnes Morland"   # a namesake: a search for 'Morland' alone finds her books too
+AUTHOR_LIKE = "Agatha Morlander"   # another author: a search for 'Agatha Morland' finds her books too
 
 SCHEMA = """
 CREATE TABLE books (id INTEGER PRIMARY KEY, title TEXT, author TEXT, genre TEXT, year INTEGER, copies INTEGER,
@@ -68,8 +69,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   rng.shuffle(books)
   for i, b in enumerate(books):
     b["id"] = i + 1
-  G.insert_rows(ctx, "books", [{"id": b["id"], **{c: b[c] for c in ("title", "author", "genre", "year", "copies",
-                                                                       "isbn")}} for b in books])
   n_mem = 250 * f
   names = G.unique_names(rng, n_mem)
   G.insert_rows(ctx, "members", [{"id": i + 1, "name": nm, "email": G.email_of(nm, i + 1), "joined":
@@ -134,6 +133,15 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     chunk = picks[j * per:(j + 1) * per]
     ctx.write(f"returns/slip_{j + 1:03d}.txt", "Book drop slip\n" + "".join(f"Loan: {x}\n" for x in chunk) +
               f"Emptied by: {rng.choice(names)}\n")
+  # The distractor of morland_copies without the exact author name (base.Task.conditions; drawn last, so the
+  # rest of the state is what it would be without it): books before 1950 by an author whose name contains hers.
+  t += sum(sizes)
+  for _ in range(rng.randint(1, 2)):
+    books.append({"id": len(books) + 1, "title": titles[t], "author": AUTHOR_LIKE, "genre": "mystery",
+                  "year": rng.randint(1900, 1949), "copies": rng.randint(2, 25), "isbn": _isbn(rng)})
+    t += 1
+  G.insert_rows(ctx, "books", [{"id": b["id"], **{c: b[c] for c in ("title", "author", "genre", "year", "copies",
+                                                                       "isbn")}} for b in books])
 
 
 def _get_member(ctx, member_id):
@@ -329,7 +337,8 @@ TASKS = [
            "Send exactly one notice to every member who has at least one unreturned loan whose due date is "
            "before today. The message must state how many overdue books they have, in the form '<n> overdue'. "
            "Send no other notices.", (NOTICES,), _overdue, check=_notices_check,
-           wrong=('due_before="2024-07-01", ', "")),
+           wrong=('due_before="2024-07-01", ', ""),
+           conditions=(("unreturned", ('status="open", ', '')),)),
     B.Task(DOMAIN, "popular_genre",
            "Which genre has the most loans in total (returned or not), and how many loans is that? Submit a "
            "list [genre, number of loans] (on a tie, the alphabetically first genre).", (GENRE,),
@@ -339,7 +348,9 @@ TASKS = [
     B.Task(DOMAIN, "morland_copies",
            "How many copies in total does the library hold of books by Agatha Morland published before 1950?",
            (MORLAND,), lambda ctx: ctx.scalar("SELECT SUM(copies) FROM books WHERE author = ? AND year < 1950",
-                                              AUTHOR), answer="int", wrong=('b["copies"] for', "1 for")),
+                                              AUTHOR), answer="int", wrong=('b["copies"] for', "1 for"),
+           conditions=(("before 1950", (', max_year=1949', '')),
+                       ("exact author", (' if b["author"] == "Agatha Morland"', '')))),
     B.Task(DOMAIN, "donations_in_catalog",
            "The files in donations/ list donated books. Which of the donated titles are already in the "
            "catalogue (exactly the same title)? Submit the list of those titles.", (DONATIONS,), _donations,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import random
@@ -59,7 +60,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     vehicles.append({"id": i + 1, "plate": _plate(rng), "depot_id": dep,
                      "capacity_kg": float(rng.choice((800, 1200, 1500, 2000, 3500))),
                      "status": "maintenance" if rng.random() < 0.15 else "active"})
-  G.insert_rows(ctx, "vehicles", vehicles)
   active = [v["id"] for v in vehicles if v["status"] == "active"]
   codes = rng.sample(range(10 ** 7, 10 ** 8), 700 * f + 10)
   ships = []
@@ -100,7 +100,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       s["dest_city"] = "Porto"
   heavy = rng.choice([s for s in ships if s["status"] == "created" and s["origin_city"] == "Lisbon"])
   heavy["weight_kg"] = round(rng.uniform(3600, 5000), 1)
-  G.insert_rows(ctx, "shipments", ships)
   G.write_docs(ctx, rng, "logistics", ["dispatch_rules", "depots", "claims", "vehicle_care", "contacts"])
   # Pickup sheets: today's (to apply) and yesterday's (already applied), in three formats.
   n_files = B.n_data_files(f)
@@ -122,6 +121,42 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = f"Depot: {dep}\nDate: {day}\n" + "".join(f"Collected {s['tracking']} ({s['weight_kg']} kg)\n"
                                                       for s in rows)
     ctx.write(f"inbox/dispatch/{day}/pickups_{j + 1:03d}.{fmt}", text)
+  _plant_distractors(rng, depots, vehicles, ships, {f"LG{c}" for c in codes})
+  G.insert_rows(ctx, "vehicles", vehicles)
+  G.insert_rows(ctx, "shipments", ships)
+
+
+def _plant_distractors(rng, depots, vehicles, ships, codes) -> None:
+  """Data that makes each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): the first vehicle (the one tried first) is an active,
+  large vehicle of a depot outside Lisbon (assign_lisbon_pickups without 'Lisbon vehicles'), and shipments
+  assigned but not yet in transit make another vehicle the most loaded when they count (most_loaded_vehicle
+  without 'in transit')."""
+  vehicles[0].update(depot_id=rng.choice([d["id"] for d in depots if d["city"] != "Lisbon"]), status="active",
+                     capacity_kg=3500.0)
+  moving, both = collections.defaultdict(float), collections.defaultdict(float)
+  for s in ships:
+    if s["status"] in ("assigned", "in_transit"):
+      both[s["vehicle_id"]] += s["weight_kg"]
+      if s["status"] == "in_transit":
+        moving[s["vehicle_id"]] += s["weight_kg"]
+  lead = min(moving, key=lambda v: (-round(moving[v], 1), v))
+  lisbon = {d["id"] for d in depots if d["city"] == "Lisbon"}
+  rival = rng.choice([v["id"] for v in vehicles if v["status"] == "active" and v["id"] != lead
+                      and v["depot_id"] not in lisbon])
+  while both[rival] <= both[lead]:
+    code = f"LG{rng.randint(10 ** 7, 10 ** 8 - 1)}"
+    if code in codes:
+      continue
+    codes.add(code)
+    origin = rng.choice(G.CITIES)
+    created = G.rand_date(rng, "2024-06-10", "2024-06-30")
+    s = {"id": len(ships) + 1, "tracking": code, "origin_city": origin,
+         "dest_city": rng.choice([c for c in G.CITIES if c != origin]), "weight_kg": round(rng.uniform(300, 420), 1),
+         "status": "assigned", "vehicle_id": rival, "created": created, "promised": _day(created, rng.randint(2, 7)),
+         "delivered": None, "scan_log": None}
+    ships.append(s)
+    both[rival] += s["weight_kg"]
 
 
 def _shipment(ctx, shipment_id):
@@ -379,11 +414,15 @@ TASKS = [
            "date? Round it to 2 decimals.", (LATE_PORTO,),
            lambda ctx: round(ctx.scalar("SELECT COALESCE(SUM(weight_kg), 0) FROM shipments WHERE status = "
                                         "'delivered' AND dest_city = 'Porto' AND delivered > promised"), 2),
-           answer="number", wrong=('s["delivered"] > s["promised"]', 's["delivered"] >= s["promised"]')),
+           answer="number", wrong=('s["delivered"] > s["promised"]', 's["delivered"] >= s["promised"]'),
+           conditions=(("Porto", (', dest_city="Porto"', '')),)),
     B.Task(DOMAIN, "most_loaded_vehicle",
            "Which vehicle carries the largest total weight of shipments that are in transit? Submit its plate "
            "(on a tie, the vehicle with the smaller id).", (LOADED,), _loaded, answer="text",
-           wrong=("load[s[\"vehicle_id\"]] += s[\"weight_kg\"]", "load[s[\"vehicle_id\"]] += 1"), tags=("paging",)),
+           wrong=("load[s[\"vehicle_id\"]] += s[\"weight_kg\"]", "load[s[\"vehicle_id\"]] += 1"), tags=("paging",),
+           conditions=(("in transit", ('status="in_transit", ', ''),
+                        ('load[s["vehicle_id"]] += s["weight_kg"]',
+                         'if s["vehicle_id"] is not None: load[s["vehicle_id"]] += s["weight_kg"]')),)),
     B.Task(DOMAIN, "exceptions_off_route",
            "For every shipment whose status is 'exception', find the city of its most recent scan. Which of "
            "them were last scanned somewhere other than their destination city? Submit the list of their "
@@ -395,17 +434,21 @@ TASKS = [
            "first assignment that is accepted (a refused assignment changes nothing). Leave a shipment that "
            "no vehicle accepts unassigned. Submit the list of tracking codes of the shipments left unassigned.",
            (ASSIGN,), _assign_expected, answer="set", check=lambda ctx, e, a: _same(ctx, e["state"]),
-           wrong=('if r.get("ok"):', "if r:"), tags=("errors",)),
+           wrong=('if r.get("ok"):', "if r:"), tags=("errors",),
+           conditions=(("origin Lisbon", (', origin_city="Lisbon"', '')),
+                       ("Lisbon vehicles", ('city="Lisbon", status="active"', 'status="active"')))),
     B.Task(DOMAIN, "report_lost_shipments",
            "Every shipment still in transit whose promised date is before 2024-06-20 is considered lost. Set the "
            "status of each to 'exception', and write reports/lost_shipments.csv with the header line "
            "'tracking,dest_city,weight_kg' and one line per lost shipment, sorted by tracking code. Change no "
            "other shipment.", (LOST,), _lost_expected, check=_lost_check,
-           wrong=('promised_before="2024-06-20", ', ""), tags=("writeback",)),
+           wrong=('promised_before="2024-06-20", ', ""), tags=("writeback",),
+           conditions=(("in transit", ('status="in_transit", ', '')),)),
     B.Task(DOMAIN, "apply_todays_pickups",
            "Today's pickup sheets from the depots are somewhere in the workspace; they name the shipments (by "
            "tracking code) that drivers collected today. Set every listed shipment that is currently 'assigned' "
            "to 'in_transit'. Do not change any other shipment.", (PICKUPS,), _pickups_expected,
            check=lambda ctx, e, a: _same(ctx, e), wrong=('if "2024-07-01" in p', 'if "dispatch" in p'),
-           tags=("explore",)),
+           tags=("explore",),
+           conditions=(("assigned", ('if s["status"] == "assigned":', 'if s["status"] != "in_transit":')),)),
 ]

@@ -82,7 +82,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for _ in range(rng.randint(1, 3)):   # May batches exactly at the 8 % limit (not above it)
     q = rng.choice((50, 100, 150, 200, 250))
     batch(rng.randint(1, len(products)), G.rand_date(rng, "2024-05-01", "2024-05-31"), q, q * 8 // 100)
-  G.insert_rows(ctx, "batches", batches)
   events = []
   for m in machines:
     for _ in range(rng.randint(6, 12)):
@@ -134,6 +133,38 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = f"QC sheet by {who}\n\n" + "\n".join(f"Batch: {b}\nVerdict: {'REJECTED' if r else 'ACCEPTED'}\n"
                                                   for b, r in rows)
     ctx.write(f"qa/inbox/qc_{j + 1:03d}.{fmt}", text)
+  _plant_distractors(rng, machines, batches, batch, f)
+  G.insert_rows(ctx, "batches", batches)
+
+
+def _plant_distractors(rng, machines, batches, batch, f) -> None:
+  """Batches that make each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): large clean batches before May of another product, which
+  then has the most good units over all months (top_product_june without 'June'); batches on other lines in May
+  and on line B outside May whose defect rates move the line-B-or-May rate away from the line B rate of May
+  (line_b_defect_rate without 'line B' / 'May')."""
+  other = [m["id"] for m in machines if m["line"] != "B"]
+  line_b = [m["id"] for m in machines if m["line"] == "B"]
+  good = lambda pid, month="": sum(b["qty"] - b["defects"] for b in batches if b["product_id"] == pid
+                                   and b["date"].startswith(month))
+  lead = max(sorted({b["product_id"] for b in batches}), key=lambda p: good(p, "2024-06"))   # the June leader
+  rival = rng.choice(sorted({b["product_id"] for b in batches} - {lead}))
+  while good(rival) <= good(lead):
+    q = rng.randint(600, 700)
+    batch(rival, G.rand_date(rng, "2024-01-01", "2024-04-30"), q, rng.randint(0, 10), rng.choice(other))
+
+  def rate(keep):
+    rows = [b for b in batches if keep(b)]
+    return sum(b["defects"] for b in rows) / sum(b["qty"] for b in rows)
+
+  target = rate(lambda b: b["machine_id"] in line_b and b["date"].startswith("2024-05"))
+  for machines_, dates, wider in ((other, ("2024-05-01", "2024-05-31"), lambda b: b["date"].startswith("2024-05")),
+                                  (line_b, ("2024-01-01", "2024-04-30"), lambda b: b["machine_id"] in line_b)):
+    up = rate(wider) >= target   # push the wider rate further from line B's May rate
+    for _ in range(f):
+      q = rng.randint(500, 600)
+      batch(rival, G.rand_date(rng, *dates), q,
+            round(q * rng.uniform(0.4, 0.5)) if up else 0, rng.choice(machines_))
 
 
 # -- tools
@@ -394,15 +425,19 @@ TASKS = [
            "quantity * 100? Submit the percentage rounded to 2 decimals.", (DEFECT_RATE,),
            lambda ctx: round(100 * ctx.scalar(
                "SELECT 1.0 * SUM(b.defects) / SUM(b.qty) FROM batches b JOIN machines m ON m.id = b.machine_id "
-               "WHERE m.line = 'B' AND b.date LIKE '2024-05-%'"), 2), answer="number", wrong=DEFECT_WRONG),
+               "WHERE m.line = 'B' AND b.date LIKE '2024-05-%'"), 2), answer="number", wrong=DEFECT_WRONG,
+           conditions=(("line B", ('line="B", ', '')),
+                       ("May", (', date_from="2024-05-01", date_to="2024-05-31"', '')))),
     B.Task(DOMAIN, "top_product_june",
            "Which product had the most good units (quantity minus defects) over all batches produced in June 2024? "
            "Submit its SKU (on a tie, the alphabetically first).", (TOP_PRODUCT,), _top_product, answer="text",
-           tags=("paging",), wrong=('+ b["qty"] - b["defects"]', '+ b["qty"]')),
+           tags=("paging",), wrong=('+ b["qty"] - b["defects"]', '+ b["qty"]'),
+           conditions=(("June", (', date_from="2024-06-01", date_to="2024-06-30"', '')),)),
     B.Task(DOMAIN, "line_a_alarms",
            "Which machines on line A logged at least one entry of level ALARM in their controller log for June "
            "2024? Submit the list of machine codes.", (ALARMS_PROG,), _alarms, answer="set", tags=("errors",),
-           wrong=ALARMS_WRONG),
+           wrong=ALARMS_WRONG,
+           conditions=(("line A", ('all_pages("list_machines", line="A")', 'all_pages("list_machines")')),)),
     B.Task(DOMAIN, "hold_qc_rejects",
            "Quality-control verdicts on batches were filed somewhere in the workspace, in more than one file "
            "format. Put every batch that QC rejected on hold (batch status 'hold'), and write the file "
@@ -418,5 +453,6 @@ TASKS = [
     B.Task(DOMAIN, "scrap_may_defects",
            "Set the status of every batch produced in May 2024 whose defect rate (defects / quantity) is above 8% "
            "to 'scrapped'. Do not change any other batch.", (SCRAP,), _scrap_expected,
-           check=lambda ctx, e, a: _batch_status(ctx) == e, wrong=("> 0.08", ">= 0.08")),
+           check=lambda ctx, e, a: _batch_status(ctx) == e, wrong=("> 0.08", ">= 0.08"),
+           conditions=(("May", (', date_from="2024-05-01", date_to="2024-05-31"', '')),)),
 ]

@@ -86,8 +86,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for w in rng.sample(photos, min(len(photos), rng.randint(2, 4) * f)):   # planted: recent photographs in storage
     w["gallery"], w["acquired"] = "Storage", G.rand_date(rng, "2015-01-01", "2024-06-30")
     w["accession"] = f"{w['acquired'][:4]}.{w['id']:04d}"
-  G.insert_rows(ctx, "artworks", works)
-  G.insert_rows(ctx, "provenance", prov)
   loans = []
   for aw in rng.sample(works, n_loans):
     start = datetime.date.fromisoformat(G.rand_date(rng, "2023-01-01", "2024-06-15"))
@@ -124,6 +122,18 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
           f"Object: {aw['title']}\nCondition: {g.capitalize()}\nNote: {G.sentence(rng, 6)}\n"
           for aw, g in zip(items, grades))
     ctx.write(f"conservation/survey_{j + 1:03d}.{fmt}", text)
+  # The distractor of hang_recent_photographs without 'Storage' (base.Task.conditions; drawn last, so the rest of
+  # the state is what it would be without it): a recent photograph on show in the Modern gallery.
+  a = rng.choice([a for a in artists if a["born"] > 1832])
+  acquired = G.rand_date(rng, "2015-01-01", "2024-06-30")
+  year = min(a["born"] + rng.randint(18, 60), 2023)
+  works.append({"id": len(works) + 1, "accession": f"{acquired[:4]}.{len(works) + 1:04d}", "title": titles[len(works)],
+                "artist_id": a["id"], "year": year, "medium": "photograph", "gallery": "Modern",
+                "value_eur": round(rng.uniform(2e3, 3e6), 2), "acquired": acquired})
+  prov.append({"artwork_id": len(works), "record": _provenance(rng, year, rng.random() < p_private),
+               "fails": rng.choices((0, 1, 2), (6, 3, 1))[0]})
+  G.insert_rows(ctx, "artworks", works)
+  G.insert_rows(ctx, "provenance", prov)
 
 
 # -- tools
@@ -364,20 +374,23 @@ TASKS = [
            "(in any gallery other than Storage)? Round it to 2 decimals.", (ACQUIRED,),
            lambda ctx: round(ctx.scalar("SELECT COALESCE(SUM(value_eur), 0) FROM artworks WHERE acquired BETWEEN "
                                         "'2023-01-01' AND '2023-12-31' AND gallery != 'Storage'"), 2),
-           answer="number", wrong=('if w["gallery"] != "Storage"', "")),
+           answer="number", wrong=('if w["gallery"] != "Storage"', ""),
+           conditions=(("2023", (', acquired_from="2023-01-01", acquired_to="2023-12-31"', '')),)),
     B.Task(DOMAIN, "old_masters_on_loan",
            "Which artworks that are currently out on an active loan were made by artists born before 1850? "
            "Submit the list of their titles.", (OLD_MASTERS,),
            lambda ctx: [r["title"] for r in ctx.q(
                "SELECT DISTINCT w.title FROM loans l JOIN artworks w ON w.id = l.artwork_id JOIN artists a ON "
                "a.id = w.artist_id WHERE l.status = 'active' AND a.born < 1850")],
-           answer="set", wrong=('if w["artist_born"] < 1850:', 'if w["year"] < 1850:')),
+           answer="set", wrong=('if w["artist_born"] < 1850:', 'if w["year"] < 1850:'),
+           conditions=(("active", ('"list_loans", status="active"', '"list_loans"')),)),
     B.Task(DOMAIN, "recall_overdue_loans",
            "Some active outgoing loans have an end date before today. Set the status of each of them to "
            "'overdue', and write a recall letter to the borrower for each, as the file letters/recall_<loan id>.txt, "
            "that names the borrower and the artwork's title. Change no other loan and write no other letters.",
            (RECALLS,), _recall_expected, check=_recall_check,
-           wrong=('status="active", ends_before="2024-07-01"', 'ends_before="2024-07-01"'), tags=("writeback",)),
+           wrong=('status="active", ends_before="2024-07-01"', 'ends_before="2024-07-01"'), tags=("writeback",),
+           conditions=(("ended", (', ends_before="2024-07-01"', '')),)),
     B.Task(DOMAIN, "store_poor_condition",
            "The conservators have filed condition surveys somewhere in the workspace. Move every artwork that a "
            "survey rates in poor condition to Storage (those already in Storage stay there). Move no other "
@@ -389,7 +402,8 @@ TASKS = [
            lambda ctx: [r["accession"] for r in ctx.q(
                "SELECT w.accession FROM artworks w JOIN provenance p ON p.artwork_id = w.id WHERE w.gallery = "
                "'Baroque' AND LOWER(p.record) LIKE '%private collection%'")],
-           answer="set", wrong=PROVENANCE_WRONG, tags=("errors",)),
+           answer="set", wrong=PROVENANCE_WRONG, tags=("errors",),
+           conditions=(("Baroque", ('"list_artworks", gallery="Baroque"', '"list_artworks"')),)),
     B.Task(DOMAIN, "hang_recent_photographs",
            "Move every photograph that is in Storage and was acquired on or after 2015-01-01 to the Photography "
            "gallery. Move no other artwork.", (PHOTOS,),
@@ -397,5 +411,8 @@ TASKS = [
                "SELECT id FROM artworks WHERE medium = 'photograph' AND gallery = 'Storage' AND acquired >= "
                "'2015-01-01'")}}, check=_gallery_check,
            wrong=('medium="photograph", gallery="Storage", acquired_from="2015-01-01"',
-                  'medium="photograph", gallery="Storage"')),
+                  'medium="photograph", gallery="Storage"'),
+           conditions=(("photograph", ('medium="photograph", ', '')),
+                       ("Storage", ('gallery="Storage", ', ''),
+                        ('for w in photos:', 'for w in [w for w in photos if w["gallery"] != "Photography"]:')))),
 ]

@@ -114,6 +114,29 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = f"RECALL NOTICE\nProduct: {name}\nLot: {lot}\nIssued: {G.rand_date(rng, '2024-06-01')}\n" \
              f"{G.sentence(rng, 10)}\n"
     ctx.write(f"notices/recalls/recall_{j + 1:03d}.{fmt}", text)
+  _plant_distractors(ctx, rng, drugs, n_pat, len(rxs), recalled[fmts.index("json")], doctors)
+
+
+def _plant_distractors(ctx, rng, drugs, n_pat, n_rx, exact, doctors) -> None:
+  """Rows that make each declared condition matter (base.Task.conditions; drawn after everything else, so the
+  rest of the state is what it would be without them): a patient whose only anticoagulant prescription is filled
+  but whose open opioid and benzodiazepine prescriptions interact (major_interactions without 'open' /
+  'anticoagulant'), and an open prescription of '<a recalled product> XR', another product whose name contains
+  the recalled one, for a patient without a recalled prescription (recalled_patients without the exact name)."""
+  busy = {r["patient_id"] for r in ctx.q("SELECT DISTINCT patient_id FROM prescriptions WHERE status = 'open'")}
+  free = [p for p in range(1, n_pat + 1) if p not in busy]
+  lonely, other = rng.sample(free, 2)
+  xr = {"id": len(drugs) + 1, "name": f"{exact['name']} XR", "drug_class": exact["drug_class"],
+        "form": rng.choice(FORMS), "stock": rng.randint(100, 600), "unit_price": round(rng.uniform(0.05, 9.5), 2),
+        "controlled": exact["controlled"]}
+  G.insert_rows(ctx, "drugs", [xr])
+  by_class = {c: [d["id"] for d in drugs if d["drug_class"] == c] for c in CLASSES}
+  rows = [(lonely, rng.choice(by_class["anticoagulant"]), "filled"), (lonely, rng.choice(by_class["opioid"]), "open"),
+          (lonely, rng.choice(by_class["benzodiazepine"]), "open"), (other, xr["id"], "open")]
+  G.insert_rows(ctx, "prescriptions", [
+      {"id": n_rx + 1 + i, "patient_id": p, "drug_id": d, "quantity": rng.randint(10, 90),
+       "prescribed": G.rand_date(rng, "2024-06-01", "2024-06-30"), "status": st, "prescriber": rng.choice(doctors)}
+      for i, (p, d, st) in enumerate(rows)])
 
 
 def _rx(ctx, prescription_id):
@@ -361,31 +384,39 @@ TASKS = [
            "What is the total stock value (stock * unit_price, summed over drugs) of all controlled drugs? Round "
            "it to 2 decimals.", (CONTROLLED_VALUE,),
            lambda ctx: round(ctx.scalar("SELECT SUM(stock * unit_price) FROM drugs WHERE controlled = 1"), 2),
-           answer="number", wrong=('d["stock"] * d["unit_price"]', 'd["unit_price"]')),
+           answer="number", wrong=('d["stock"] * d["unit_price"]', 'd["unit_price"]'),
+           conditions=(("controlled", ('controlled=True, ', '')),)),
     B.Task(DOMAIN, "controlled_units_june",
            "How many units of controlled drugs were prescribed from 2024-06-01 on (prescriptions of any status)? "
            "Submit the total quantity.", (CONTROLLED_UNITS,),
            lambda ctx: ctx.scalar("SELECT COALESCE(SUM(r.quantity), 0) FROM prescriptions r JOIN drugs d ON d.id = "
                                   "r.drug_id WHERE d.controlled = 1 AND r.prescribed >= '2024-06-01'"),
-           answer="int", wrong=('r["quantity"] for', '1 for')),
+           answer="int", wrong=('r["quantity"] for', '1 for'),
+           conditions=(("controlled", ('controlled=True, ', '')),
+                       ("from June", (', prescribed_from="2024-06-01"', '')))),
     B.Task(DOMAIN, "allergy_conflicts",
            "Which open prescriptions are for a drug whose class (drug_class) appears in the patient's list of "
            "allergies? Submit the list of prescription ids.", (ALLERGY,), _allergy, answer="set",
-           wrong=('for c in classes:', 'for c in classes[:1]:'), tags=("paging",)),
+           wrong=('for c in classes:', 'for c in classes[:1]:'), tags=("paging",),
+           conditions=(("open", ('status="open", ', '')),)),
     B.Task(DOMAIN, "fill_backlog",
            "Fill every open prescription prescribed before 2024-06-01, oldest first (by prescribed date, then "
            "id). When a prescription cannot be filled, send its patient one message saying that it is delayed "
            "(the message must contain the word 'delayed'). Send no other messages.", (BACKLOG,),
            _backlog_expected, check=_backlog_check,
            wrong=('if not res["ok"]:', "if False:"),
-           tags=("errors", "writeback")),
+           tags=("errors", "writeback"),
+           conditions=(("open", ('status="open", ', '')), ("before June", (', prescribed_before="2024-06-01"', '')))),
     B.Task(DOMAIN, "recalled_patients",
            "Recall notices are in notices/recalls/. Which patients have an open prescription of a recalled "
            "product (the exact drug name)? Submit the list of their names.", (RECALLS,), _recalls, answer="set",
-           wrong=('if path.endswith(".json"):', 'if False:'), tags=("explore",)),
+           wrong=('if path.endswith(".json"):', 'if False:'), tags=("explore",),
+           conditions=(("open", ('status="open", ', '')),
+                       ("exact name", ('        if d["name"] != name:\n            continue\n', '')))),
     B.Task(DOMAIN, "major_interactions",
            "Among the patients with an open prescription of an anticoagulant, which ones get at least one "
            "major interaction warning from the interaction checker? Submit the list of their names.",
            (INTERACT,), _interact, answer="set",
-           wrong=('if re.search(r"^WARNING', 'if "major" in report or re.search(r"^WARNING'), tags=("errors",)),
+           wrong=('if re.search(r"^WARNING', 'if "major" in report or re.search(r"^WARNING'), tags=("errors",),
+           conditions=(("open", ('status="open", ', '')), ("anticoagulant", (', drug_class="anticoagulant"', '')))),
 ]

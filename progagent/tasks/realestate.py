@@ -85,7 +85,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     p["listed_date"] = min(p["listed_date"], p["sold_date"])
     sums[volume["id"]] += p["sold_price"]
   G.insert_rows(ctx, "agents", agents)
-  G.insert_rows(ctx, "properties", props)
   buyers = G.unique_names(rng, 150 * f)
   offers = []
   open_props = [p for p in props if p["status"] != "sold"]
@@ -139,6 +138,18 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
       text = f"Inspector: {inspector}\n\n" + "".join(
           f"Property #{pid}\n" + "".join(f"  {it}: {sv.upper()}\n" for it, sv in fs) + "\n" for pid, fs in rows)
     ctx.write(f"inspections/round_{j + 1:02d}.{fmt}", text)
+  # The distractor of top_commission_agent_q2 without the quarter (base.Task.conditions; drawn last, so the rest
+  # of the state is what it would be without it): sales in Q1 give another agent the most commission of the year.
+  pct = {a["id"]: a["commission_pct"] for a in agents}
+  earned = lambda aid, start: sum(p["sold_price"] * pct[aid] / 100 for p in props
+                                  if p["agent_id"] == aid and p["sold_date"] and p["sold_date"] >= start)
+  lead = min(pct, key=lambda a: (-round(earned(a, "2024-04-01"), 2), a))
+  rival = rng.choice([a for a in pct if a != lead and pct[a] > 1.0])
+  while earned(rival, "") <= earned(lead, ""):
+    p = add(status="sold")
+    p["agent_id"], p["sold_date"] = rival, G.rand_date(rng, "2024-01-01", "2024-03-31")
+    p["listed_date"] = min(p["listed_date"], p["sold_date"])
+  G.insert_rows(ctx, "properties", props)
 
 
 # -- tools
@@ -395,12 +406,14 @@ TASKS = [
     B.Task(DOMAIN, "cheapest_porto_3bed",
            "What is the address of the cheapest property in Porto with at least 3 bedrooms that is still on the "
            "market (status 'listed')? Submit the address exactly as recorded.", (CHEAPEST,), _cheapest,
-           answer="text", wrong=(', status="listed"', "")),
+           answer="text", wrong=(', status="listed"', ""),
+           conditions=(("Porto", ('city="Porto", ', '')), ("3 bedrooms", (', min_bedrooms=3', '')))),
     B.Task(DOMAIN, "top_commission_agent_q2",
            "Which agent earned the most commission on properties sold from 2024-04-01 to 2024-06-30? An agent's "
            "commission on a sale is the sale price times the agent's commission percentage. Submit the agent's "
            "name (on a tie, the agent with the smaller id).", (COMMISSION,), _commission, answer="text",
-           wrong=('p["sold_price"] * rate[p["agent_id"]] / 100', 'p["sold_price"]')),
+           wrong=('p["sold_price"] * rate[p["agent_id"]] / 100', 'p["sold_price"]'),
+           conditions=(("Q2", (', sold_from="2024-04-01", sold_to="2024-06-30"', '')),)),
     B.Task(DOMAIN, "severe_inspection_listings",
            "The inspection reports are in inspections/ (the files do not all use the same format). Which "
            "properties that are still listed (status 'listed') have at least one finding of severity 'severe'? "
@@ -416,10 +429,13 @@ TASKS = [
            "Cut by 5% (rounded to the nearest euro) the asking price of every listed property that was listed "
            "before 2024-01-01 and has not received a single offer, and record the cuts in reports/price_cuts.csv "
            "with the header 'property_id,old_price,new_price' and one row per property.", (CUTS,), _cuts_expected,
-           check=_cuts_check, wrong=(", max_offers=0", ""), tags=("writeback",)),
+           check=_cuts_check, wrong=(", max_offers=0", ""), tags=("writeback",),
+           conditions=(("before 2024", (', listed_before="2024-01-01"', '')),)),
     B.Task(DOMAIN, "lisbon_price_per_sqm",
            "What is the average asking price per square metre of the listed apartments in Lisbon (the mean over "
            "those apartments of price / area)? Areas are not all recorded in the same unit (1 sq ft = 0.09290304 "
            "m2). Submit the value in EUR per m2 rounded to 2 decimals.", (SQM,), _sqm, answer="number",
-           wrong=('m2 = num * 0.09290304 if "ft" in p["area"] else num', "m2 = num"), tags=("explore",)),
+           wrong=('m2 = num * 0.09290304 if "ft" in p["area"] else num', "m2 = num"), tags=("explore",),
+           conditions=(("Lisbon", ('city="Lisbon", ', '')), ("apartment", ('kind="apartment", ', '')),
+                       ("listed", (', status="listed"', '')))),
 ]

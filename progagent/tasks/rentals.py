@@ -74,7 +74,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for m in ("2024-05", "2024-06"):   # planted: some payments made exactly on the deadline (the 5th)
     for pay in rng.sample([x for x in payments if x["month"] == m], rng.randint(1, 3) * f):
       pay["paid_date"] = f"{m}-05"
-  G.insert_rows(ctx, "tenants", tenants)
   G.insert_rows(ctx, "payments", payments)
   G.write_docs(ctx, rng, "rentals", ["leasing", "late_fees", "maintenance", "inspections", "owners"])
   k = B.n_data_files(f)
@@ -88,6 +87,12 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     new = p["monthly_rent"] + rng.choice((-50, 25, 50, 75, 100, 120, 150))
     ext, text = _addendum(rng, fmts[j], p, new, statuses[j])
     ctx.write(f"addenda/addendum_{j + 1:03d}.{ext}", text)
+  # The distractor of porto_occupancy without the lease start (base.Task.conditions; drawn last, so the rest of
+  # the state is what it would be without it): the vacant Porto property is let from August on.
+  i = len(tenants)
+  tenants.append({"id": i + 1, "name": names[i], "email": G.email_of(names[i], i + 1), "property_id": vacant,
+                  "lease_start": rng.choice(("2024-08-01", "2024-09-01")), "lease_end": "2025-07-31"})
+  G.insert_rows(ctx, "tenants", tenants)
 
 
 # -- tools
@@ -289,7 +294,8 @@ TASKS = [
                "SELECT p.tenant_id, pr.monthly_rent FROM payments p JOIN tenants t ON t.id = p.tenant_id JOIN "
                "properties pr ON pr.id = t.property_id WHERE p.month = '2024-05' AND p.paid_date > '2024-05-05'")),
            check=lambda ctx, e, a: _fees(ctx) == [tuple(x) for x in e],
-           wrong=('paid_after="2024-05-05"', 'paid_after="2024-05-04"')),
+           wrong=('paid_after="2024-05-05"', 'paid_after="2024-05-04"'),
+           conditions=(("May", ('month="2024-05", ', '')),)),
     B.Task(DOMAIN, "porto_occupancy",
            "What percentage of the properties in Porto have a tenant whose lease covers 2024-07-01? Round it to "
            "1 decimal (e.g. 62.5).", (OCCUPANCY,),
@@ -297,7 +303,8 @@ TASKS = [
                "SELECT COUNT(*) FROM properties p WHERE city = 'Porto' AND EXISTS (SELECT 1 FROM tenants t WHERE "
                "t.property_id = p.id AND t.lease_start <= '2024-07-01' AND t.lease_end >= '2024-07-01')")
                              / ctx.scalar("SELECT COUNT(*) FROM properties WHERE city = 'Porto'"), 1),
-           answer="number", wrong=(', ends_on_or_after="2024-07-01")', ")")),
+           answer="number", wrong=(', ends_on_or_after="2024-07-01")', ")"),
+           conditions=(("lease start", ('starts_on_or_before="2024-07-01", ', '')),)),
     B.Task(DOMAIN, "apply_rent_addenda",
            "Apply the rent addenda in addenda/: for every addendum that was signed, set the property's monthly "
            "rent to the new rent. Ignore withdrawn addenda and change nothing else.", (ADDENDA,),
@@ -308,5 +315,6 @@ TASKS = [
            "property by 3% (rounded to 2 decimals), and write the offer letter offers/tenant_<tenant id>.txt that "
            "names the tenant and states the new monthly rent with 2 decimals (e.g. 1545.00). Change no other "
            "rent and write no other offers.", (RENEWALS,), _renewal_expected, check=_renewal_check,
-           wrong=('ends_on_or_after="2024-07-01", ', ""), tags=("writeback",)),
+           wrong=('ends_on_or_after="2024-07-01", ', ""), tags=("writeback",),
+           conditions=(("ends by July 31", (', ends_on_or_before="2024-07-31"', '')),)),
 ]

@@ -115,7 +115,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for r in rng.sample(taken, min(len(taken), rng.randint(1, 3))):   # pending ones that clash with a confirmed one
     extra = add(CONFIRM_DATE, "cancelled", r["table_id"], r["time"])
     extra["status"] = "pending"
-  G.insert_rows(ctx, "reservations", res)
   servers = G.unique_names(rng, 8)
   star, volume = rng.sample(servers, 2)     # the best tipped server; the one with the biggest sales
   orders = []
@@ -132,7 +131,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                    "table_id": rng.randint(1, len(tables)), "server": volume, "total": total,
                    "tip": round(total * rng.uniform(0, 0.03), 2)})
     june[volume] += total
-  G.insert_rows(ctx, "orders", orders)
   G.insert_rows(ctx, "suppliers", [{"name": s, "min_order": rng.randint(6, 25)} for s in SUPPLIERS])
   names = [f"{q}{b.replace('-', ' ')}" for q, b in itertools.product(QUALIFIERS, INGREDIENTS)]
   rng.shuffle(names)
@@ -168,6 +166,24 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
         ing.insert(rng.randint(0, len(ing)), rng.choice(PEANUT))
       cards.append((m["name"], [x.replace("-", " ") for x in ing]))
     ctx.write(f"recipes/cards_{j + 1:02d}.{fmts[j]}", _recipe_text(fmts[j], cards))
+  # Distractors of the declared conditions (base.Task.conditions), drawn after everything else so that the rest
+  # of the state is what it would be without them: a pending reservation for 2024-07-06 larger than its table
+  # (oversized_parties without 'confirmed'), and generous tips before June that make another server the best
+  # tipped of the year (top_tipped_server without 'June').
+  planted = None
+  while planted is None:   # a table with a free slot that day
+    t = rng.randint(1, len(tables))
+    planted = add(OVERSIZE_DATE, "pending", t, party=tables[t - 1]["seats"] + rng.randint(1, 3))
+  tips = lambda s, start: sum(o["tip"] for o in orders if o["server"] == s and o["date"] >= start)
+  best = min(servers, key=lambda s: (-round(tips(s, "2024-06-01"), 2), s))
+  rival = rng.choice([s for s in servers if s != best])
+  while tips(rival, "") <= tips(best, ""):
+    total = round(rng.uniform(120, 260), 2)
+    orders.append({"id": len(orders) + 1, "date": G.rand_date(rng, "2024-01-02", "2024-05-31"),
+                   "table_id": rng.randint(1, len(tables)), "server": rival, "total": total,
+                   "tip": round(total * rng.uniform(0.2, 0.3), 2)})
+  G.insert_rows(ctx, "reservations", res)
+  G.insert_rows(ctx, "orders", orders)
 
 
 # -- tools
@@ -429,11 +445,13 @@ TASKS = [
            lambda ctx: [r["id"] for r in ctx.q(
                "SELECT r.id FROM reservations r JOIN tables t ON t.id = r.table_id WHERE r.date = ? AND "
                "r.status = 'confirmed' AND r.party_size > t.seats", OVERSIZE_DATE)],
-           answer="set", wrong=('r["party_size"] > r["seats"]', 'r["party_size"] >= r["seats"]')),
+           answer="set", wrong=('r["party_size"] > r["seats"]', 'r["party_size"] >= r["seats"]'),
+           conditions=(("date", ('date="2024-07-06", ', '')), ("confirmed", (', status="confirmed"', '')))),
     B.Task(DOMAIN, "top_tipped_server",
            "Which server received the most tips in total on orders dated in June 2024? Submit the server's name "
            "(on a tie, the alphabetically first).", (TIPS,), _tips, answer="text",
-           wrong=('tips[o["server"]] += o["tip"]', 'tips[o["server"]] += o["total"]')),
+           wrong=('tips[o["server"]] += o["tip"]', 'tips[o["server"]] += o["total"]'),
+           conditions=(("June", (', date_from="2024-06-01", date_to="2024-06-30"', '')),)),
     B.Task(DOMAIN, "peanut_dishes",
            "The recipe cards in recipes/ list each dish's ingredients; the files do not all use the same format. "
            "Which dishes currently on the menu (active) contain peanut in any form? Submit the list of their names.",
@@ -442,7 +460,8 @@ TASKS = [
            "Confirm every pending reservation for 2024-07-05 with confirm_reservation. Some of them cannot be "
            "confirmed; submit the list of the ids of those reservations.", (CONFIRM,), _confirm_expected,
            answer="set", check=lambda ctx, e, a: _statuses(ctx) == e["statuses"],
-           wrong=('if not out.get("ok"):', "if False:"), tags=("errors",)),
+           wrong=('if not out.get("ok"):', "if False:"), tags=("errors",),
+           conditions=(("date", ('date="2024-07-05", ', '')),)),
     B.Task(DOMAIN, "restock_low_ingredients",
            "For every ingredient whose stock is below its reorder level, place one supplier order for "
            "2 x reorder level - stock units; when the supplier refuses an amount below its minimum order, order "
@@ -453,5 +472,6 @@ TASKS = [
     B.Task(DOMAIN, "apply_price_memo",
            "Apply the price change announced in memos/price_memo.txt to the menu, and record every change as the "
            "memo asks, in a CSV file with the header 'item_id,old_price,new_price' (one row per changed item).",
-           (PRICES,), _prices_expected, check=_prices_check, wrong=(", active=1)", ")"), tags=("writeback",)),
+           (PRICES,), _prices_expected, check=_prices_check, wrong=(", active=1)", ")"), tags=("writeback",),
+           conditions=(("category", ('category=cat, ', '')),)),
 ]

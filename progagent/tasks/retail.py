@@ -52,7 +52,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
   for _ in range(rng.randint(2, 4) * f):
     orders.append({"id": 1001 + len(orders), "customer_id": big["id"], "status": "delivered",
                    "total": round(rng.uniform(1800, 2600), 2), "created": G.rand_date(rng), "note": "bulk order"})
-  G.insert_rows(ctx, "orders", orders)
   # Carrier tracking of shipped orders; a seeded handful of the June shipments are lost (and a few older).
   shipped = [o for o in orders if o["status"] == "shipped"]
   june = [o["id"] for o in shipped if o["created"] >= JUNE]
@@ -85,6 +84,17 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                                             "reason": G.sentence(rng, 6)}, indent=1) + "\n")
     else:
       ctx.write(f"{stem}.csv", f"customer,order,reason\n{cust['email']},{oid},{G.sentence(rng, 5)}\n")
+  # The distractor of top_gold_customer without 'delivered' (base.Task.conditions; drawn last, so the rest of the
+  # state is what it would be without it): cancelled orders that put another gold customer first when every
+  # order counts.
+  gold = [c["id"] for c in customers if c["tier"] == "gold"]
+  spent = lambda cid, statuses: sum(o["total"] for o in orders if o["customer_id"] == cid and o["status"] in statuses)
+  best = min(gold, key=lambda c: (-round(spent(c, ("delivered",)), 2), c))
+  rival = rng.choice([c for c in gold if c != best])
+  while spent(rival, STATUSES) <= spent(best, STATUSES):
+    orders.append({"id": 1001 + len(orders), "customer_id": rival, "status": "cancelled",
+                   "total": round(rng.uniform(500, 950), 2), "created": G.rand_date(rng), "note": G.sentence(rng, 5)})
+  G.insert_rows(ctx, "orders", orders)
 
 
 # -- tools
@@ -321,18 +331,22 @@ TASKS = [
     B.Task(DOMAIN, "pending_over_500",
            "How many pending orders have a total above 500.00? Submit the count.", (PENDING_OVER_500,),
            lambda ctx: ctx.scalar("SELECT COUNT(*) FROM orders WHERE status = 'pending' AND total > 500"),
-           answer="int", wrong=('status="pending", total_above=500', 'total_above=500')),
+           answer="int", wrong=('status="pending", total_above=500', 'total_above=500'),
+           conditions=(("above 500", ('status="pending", total_above=500', 'status="pending"')),)),
     B.Task(DOMAIN, "top_gold_customer",
            "Among gold-tier customers, who has the largest total value of delivered orders? Submit the "
            "customer's name (on a tie, the customer with the smaller id).", (TOP_GOLD,), _top_gold,
-           answer="text", wrong=TOP_ANY_WRONG),
+           answer="text", wrong=TOP_ANY_WRONG,
+           conditions=(("delivered", ('status="delivered", customer_id=cid', 'customer_id=cid')),)),
     B.Task(DOMAIN, "cancel_stale_pending",
            "Cancel every pending order created before 2024-03-01 by setting its status to 'cancelled'. Do not "
            "change any other order.", (CANCEL_STALE,),
            lambda ctx: {"statuses": _statuses(ctx), "targets": [r["id"] for r in ctx.q(
                "SELECT id FROM orders WHERE status = 'pending' AND created < '2024-03-01'")]},
            check=lambda ctx, e, a: _state_check(ctx, e, a, "cancelled"),
-           wrong=('"2024-03-01"', '"2024-02-01"')),
+           wrong=('"2024-03-01"', '"2024-02-01"'),
+           conditions=(("pending", ('status="pending", ', '')),
+                       ("before March", (', created_before="2024-03-01"', '')))),
     B.Task(DOMAIN, "process_refund_requests",
            "Customers' refund requests have been saved as files somewhere in the workspace, one request per "
            "file (the formats differ). For every request whose order is currently 'delivered', set that "
@@ -346,5 +360,6 @@ TASKS = [
            "the order's status to 'refunded' and send its customer one notice that names the order as "
            "'#<order id>'. Change nothing else. Submit the number of lost parcels.", (LOST,), _lost_expected,
            answer="int", check=_lost_check, wrong=("for attempt in range(5):", "for attempt in range(1):"),
-           tags=("errors", "writeback")),
+           tags=("errors", "writeback"),
+           conditions=(("from June", (', created_from="2024-06-01"', '')),)),
 ]

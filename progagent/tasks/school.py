@@ -304,7 +304,8 @@ TASKS = [
            lambda ctx: [r["student_id"] for r in ctx.q(
                "SELECT e.student_id FROM enrollments e JOIN courses c ON c.id = e.course_id "
                "WHERE c.code = 'CS101' AND e.grade < 60")],
-           answer="set", wrong=("below_grade=60", "below_grade=61")),
+           answer="set", wrong=("below_grade=60", "below_grade=61"),
+           conditions=(("CS101", ('course_id=cs101["id"], ', '')),)),
     B.Task(DOMAIN, "apply_grade_appeals",
            "Apply the grade appeals in appeals/ (one appeal per file; the files do not all use the same format): "
            "set the student's grade in that course to the requested grade, but only when the requested grade is "

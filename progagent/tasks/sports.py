@@ -131,11 +131,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
     for _ in range(rng.randint(2, 3) if pool else 0):
       add_goal(rng.choice(pool), p, "penalty")
   goals.sort(key=lambda g: (g["match_id"], g["minute"]))
-  for j, g in enumerate(goals):
-    g["id"] = j + 1
-  G.insert_rows(ctx, "matches", matches)
-  G.insert_rows(ctx, "goals", [{k2: g[k2] for k2 in ("id", "match_id", "player_id", "team_id", "minute", "kind")}
-                               for g in goals])
   tname = {t["id"]: t["name"] for t in teams}
   pname = {p["id"]: p["name"] for p in players}
   reports = []
@@ -148,7 +143,6 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
                for g in goals if g["match_id"] == m["id"]]
     reports.append({"match_id": m["id"], "attendance": att,
                     "report": _report(rng, m, tname[m["home_id"]], tname[m["away_id"]], att, scorers)})
-  G.insert_rows(ctx, "reports", reports)
   G.write_docs(ctx, rng, "sports", ["league_rules", "ticketing", "medical", "transfers", "media"])
   # injury reports: 4 * f files in three formats, each player at most once
   n = B.n_data_files(f)
@@ -177,6 +171,36 @@ def generate(ctx: Ctx, rng: random.Random, f: int) -> None:
           f"Player: {p['name']}\nInjury: {rng.choice(INJURIES)}\nExpected back: {b.day} {MONTH_NAMES[b.month - 1]} "
           f"{b.year}\n" for p, b in zip(items, backs))
     ctx.write(f"medical/update_{j + 1:03d}.{fmt}", text)
+  # The distractor of may_top_scorer without 'May' (base.Task.conditions; drawn last, so the rest of the state is
+  # what it would be without it): a forward who scores more than May's top scorer over the season, outside May
+  # (the reports of the matches concerned are written again, with the same attendance).
+  may_ids = {m["id"] for m in played_may}
+  tally = lambda pid, ids=None: sum(1 for g in goals if g["player_id"] == pid and g["kind"] != "own goal"
+                                    and (ids is None or g["match_id"] in ids))
+  best = min({g["player_id"] for g in goals if g["match_id"] in may_ids}, key=lambda p: (-tally(p, may_ids), p))
+  elsewhere = {t: [m for m in played if t in (m["home_id"], m["away_id"]) and m["id"] not in may_ids]
+               for t in range(1, n_teams + 1)}
+  rival = rng.choice([p for p in players if p["position"] == "FW" and p["id"] != best
+                      and len(elsewhere[p["team_id"]]) >= 3])
+  touched = set()
+  while tally(rival["id"]) <= tally(best):
+    m = rng.choice(elsewhere[rival["team_id"]])
+    add_goal(m, rival, "regular")
+    touched.add(m["id"])
+  goals.sort(key=lambda g: (g["match_id"], g["minute"]))
+  for j, g in enumerate(goals):
+    g["id"] = j + 1
+  for r in reports:
+    if r["match_id"] in touched:
+      m = matches[r["match_id"] - 1]
+      scorers = [f"{pname[g['player_id']]} {g['minute']}'" + (" (pen.)" if g["kind"] == "penalty" else " (o.g.)"
+                                                               if g["kind"] == "own goal" else "")
+                 for g in goals if g["match_id"] == m["id"]]
+      r["report"] = _report(rng, m, tname[m["home_id"]], tname[m["away_id"]], r["attendance"], scorers)
+  G.insert_rows(ctx, "matches", matches)
+  G.insert_rows(ctx, "goals", [{k2: g[k2] for k2 in ("id", "match_id", "player_id", "team_id", "minute", "kind")}
+                               for g in goals])
+  G.insert_rows(ctx, "reports", reports)
 
 
 # -- tools
@@ -403,18 +427,21 @@ TASKS = [
            lambda ctx: ctx.scalar("SELECT p.name FROM goals g JOIN matches m ON m.id = g.match_id JOIN players p ON "
                                   "p.id = g.player_id WHERE m.date BETWEEN '2024-05-01' AND '2024-05-31' AND g.kind != "
                                   "'own goal' GROUP BY p.id ORDER BY COUNT(*) DESC, p.id LIMIT 1"),
-           answer="text", wrong=('    if g["kind"] != "own goal":\n', '    if True:\n')),
+           answer="text", wrong=('    if g["kind"] != "own goal":\n', '    if True:\n'),
+           conditions=(("May", ('date_from="2024-05-01", date_to="2024-05-31"', '')),)),
     B.Task(DOMAIN, "veteran_keeper_salary",
            "What is the average salary of the goalkeepers (position 'GK') born before 1995-01-01? Round it to 2 "
            "decimals.", (GK_SALARY,),
            lambda ctx: round(ctx.scalar("SELECT AVG(salary) FROM players WHERE position = 'GK' AND born < "
                                         "'1995-01-01'"), 2), answer="number",
-           wrong=('position="GK", born_before="1995-01-01"', 'position="GK"')),
+           wrong=('position="GK", born_before="1995-01-01"', 'position="GK"'),
+           conditions=(("GK", ('position="GK", ', '')),)),
     B.Task(DOMAIN, "penalty_specialists",
            "Which players scored two or more penalties this season? Submit the list of their names.", (PENALTIES,),
            lambda ctx: [r["name"] for r in ctx.q("SELECT p.name FROM goals g JOIN players p ON p.id = g.player_id "
                                                  "WHERE g.kind = 'penalty' GROUP BY p.id HAVING COUNT(*) >= 2")],
-           answer="set", wrong=("if k >= 2", "if k >= 1")),
+           answer="set", wrong=("if k >= 2", "if k >= 1"),
+           conditions=(("penalty", ('"list_goals", kind="penalty"', '"list_goals"')),)),
     B.Task(DOMAIN, "reschedule_postponed",
            "Reschedule every postponed match to 21 days after its original date, and write "
            "fixtures/rescheduled.csv with the header 'match_id,home,away,date' and "
@@ -425,11 +452,13 @@ TASKS = [
     B.Task(DOMAIN, "long_injuries_payroll",
            "The medical staff keep injury updates in the workspace. What is the total salary of the players who "
            "are expected back only after 2024-07-31? Round it to 2 decimals.", (INJURIES_PROG,), _injury_expected,
-           answer="number", wrong=INJURIES_WRONG, tags=("explore",)),
+           answer="number", wrong=INJURIES_WRONG, tags=("explore",),
+           conditions=(("after July", ('if back > datetime.date(2024, 7, 31):', 'if True:')),)),
     B.Task(DOMAIN, "june_attendance",
            "What was the total attendance of all matches played in June 2024? The figures are in the match reports.",
            (ATTENDANCE,),
            lambda ctx: ctx.scalar("SELECT SUM(r.attendance) FROM reports r JOIN matches m ON m.id = r.match_id "
                                   "WHERE m.status = 'played' AND m.date BETWEEN '2024-06-01' AND '2024-06-30'"),
-           answer="int", wrong=ATTENDANCE_WRONG, tags=("errors", "explore")),
+           answer="int", wrong=ATTENDANCE_WRONG, tags=("errors", "explore"),
+           conditions=(("June", (', date_from="2024-06-01", date_to="2024-06-30"', '')),)),
 ]

@@ -359,12 +359,14 @@ TASKS = [
            lambda ctx: round(ctx.scalar("SELECT SUM(u.data_mb) FROM usage u JOIN subscribers s ON s.id = "
                                         "u.subscriber_id WHERE s.city = 'Porto' AND s.status = 'active' AND "
                                         "u.month = '2024-05'") / 1024, 2),
-           answer="number", wrong=(', status="active"', "")),
+           answer="number", wrong=(', status="active"', ""),
+           conditions=(("Porto", ('city="Porto", ', '')), ("May", (', month="2024-05"', '')))),
     B.Task(DOMAIN, "suspend_overdue",
            "Suspend every active subscriber who has at least two overdue invoices: set their line status to "
            "'suspended' and send them exactly one SMS that says how many overdue invoices they have, in the form "
            "'<n> overdue invoices'. Change nothing else and send no other SMS.", (SUSPEND,), _suspend_expected,
-           check=lambda ctx, e, a: _sms_check(ctx, e), wrong=("if k < 2:", "if k < 1:"), tags=("writeback",)),
+           check=lambda ctx, e, a: _sms_check(ctx, e), wrong=("if k < 2:", "if k < 1:"), tags=("writeback",),
+           conditions=(("active", ('!= "active":\n        continue', '!= "active":\n        pass')),)),
     B.Task(DOMAIN, "outage_minutes",
            "Using the network monitor (network_status) for each of our cities (Lisbon, Porto, Madrid, Lyon, "
            "Berlin, Oslo, Krakow and Dublin), what was the total outage time in minutes of the incidents that "
@@ -380,12 +382,14 @@ TASKS = [
            "1024 MB) in each of April, May and June 2024 gets the plan 'Plus 20GB': change their plan and send "
            "each of them exactly one SMS that mentions 'Plus 20GB'. Change nothing else and send no other SMS.",
            (UPGRADE,), _upgrade_expected, check=lambda ctx, e, a: _sms_check(ctx, e),
-           wrong=("if len(over) == 3:", "if len(over) >= 1:"), tags=("writeback",)),
+           wrong=("if len(over) == 3:", "if len(over) >= 1:"), tags=("writeback",),
+           conditions=(("active", ('plan_id=lite["id"], status="active"', 'plan_id=lite["id"]')),)),
     B.Task(DOMAIN, "cancelled_balance",
            "How much do cancelled subscribers still owe, i.e. the sum of their invoices whose status is 'open' or "
            "'overdue'? Round it to 2 decimals.", (BALANCE,),
            lambda ctx: round(ctx.scalar("SELECT SUM(i.amount) FROM invoices i JOIN subscribers s ON s.id = "
                                         "i.subscriber_id WHERE s.status = 'cancelled' AND i.status IN "
                                         "('open', 'overdue')"), 2),
-           answer="number", wrong=('("open", "overdue")', '("overdue",)')),
+           answer="number", wrong=('("open", "overdue")', '("overdue",)'),
+           conditions=(("cancelled", ('"list_subscribers", status="cancelled"', '"list_subscribers"')),)),
 ]

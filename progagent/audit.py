@@ -72,8 +72,7 @@ def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess
                           f"end={ep.stats.end}, {obs}")
   ep = harness.run_oracle(env, "dtc", seed=seed)
   out["dtc_tokens"] = ep.stats.context_tokens
-  out["dtc_calls"] = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                      for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+  out["dtc_calls"] = episode_calls(ep)
   out["dtc"] = ep.stats.reward == 1.0 and ep.stats.end == "done" and clean(task, ep.stats)
   if not out["dtc"]:
     out["notes"].append(f"DTC oracle: R={ep.stats.reward}, errors={ep.stats.errors}, end={ep.stats.end}, "
@@ -95,6 +94,13 @@ def check_instance(env: ProgTaskEnv, *, seed: int = 0, runtime: str = "inprocess
           "passes the verifier (plant a distractor for it in the generator)"))
   out["conditions"] = not out["failed_conditions"]
   return out
+
+
+def episode_calls(ep: harness.Episode) -> list[dict]:
+  """The tool calls of an episode's assistant messages, in order, as [{'name', 'arguments'}] (what carries_over
+  replays)."""
+  return [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+          for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
 
 
 def clean(task: base.Task, stats: harness.EpisodeStats) -> bool:

@@ -137,9 +137,7 @@ def zero_rows(task_ids: Sequence[str], levels: Sequence[int], seeds: Sequence[in
       try:
         harness.run_oracle(env, "ptc", seed=0)
         reference = {"answer": env.submitted_answer}
-        ep = harness.run_oracle(env, "dtc", seed=0)
-        reference["dtc_calls"] = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                                  for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+        reference["dtc_calls"] = audit.episode_calls(harness.run_oracle(env, "dtc", seed=0))
         for seed in seeds:
           env.reset(tid, int(seed))
           wins["no call"].append(float(env.verify() == 1))

@@ -579,9 +579,8 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
   table = head + evaluation.format_level_table(results, levels, tuple(config.eval.k))
   zero = None
   if config.paradigms.get("zero_rows", False):
-    eval_tasks = tasks_lib.select_tasks(tuple(config.eval.tasks)) if config.eval.tasks else tasks_lib.select_tasks(
-        tuple(config.tasks))
-    zero = evaluation.zero_rows(eval_tasks, levels, tuple(config.eval.seeds))
+    zero = evaluation.zero_rows(tasks_lib.select_tasks(tuple(config.eval.tasks or config.tasks)), levels,
+                                tuple(config.eval.seeds))
     table += ("\n\nrows that must score 0 (the verifier on the same held-out instances; pass@1, percent):\n"
               + evaluation.format_zero_rows(zero, levels))
   with open(os.path.join(workdir, "results_paradigms.txt"), "w") as f:

@@ -33,7 +33,9 @@ process holds) is one SPMD program whose batches go through `global_batch`. Only
 (`is_primary()`) writes metrics, TensorBoard, tables, results and pictures (common.metric_writer writes
 nothing elsewhere). Orbax checkpoints (common/checkpoint.py) are written collectively by all processes into
 one folder, which must be on a file system they all share (the workdir, whose files some processes read
-back, too). PhGPO (phgpo/) is not multi-process aware yet.
+back, too). PhGPO (phgpo/train.py) is too: its sampling blocks are `rl.block_tasks` / `eval.block_tasks` tasks
+(phgpo.classifier_rollout.rollout_blocks), and its pheromone and memory bank are updated on every process from
+the gathered rollouts.
 Source: JAX multi-process guide, https://docs.jax.dev/en/latest/multi_process.html.
 """
 

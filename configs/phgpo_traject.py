@@ -74,11 +74,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # `eval_every` steps).
   c.warmup = dict(steps=300, batch_size=256, learning_rate=1e-3, select="last", validation_fraction=0.1,
                   eval_every=50)
+  # rl.block_tasks / eval.block_tasks: tasks per sampling block (whole groups), the unit the processes of a
+  # multi-process run share out; block b samples with fold_in(key, b). 0 = one block (the single-process stream
+  # of before issue 28, run by process 0 alone). phgpo.classifier_rollout.rollout_blocks.
   c.rl = dict(
       steps=60, tasks_per_step=16, rollouts_per_task=5, learning_rate=1e-4, epochs=2,
       clip_low=0.2, clip_high=0.2, agg_mode="token_mean", entropy_coef=1e-3, kl_coef=0.0,
       reward="match_ratio", sl_steps="teacher_forced", tis_cap=0.0,
-      advantage=dict(estimator="grpo", eps=1e-6, ddof=0))
+      advantage=dict(estimator="grpo", eps=1e-6, ddof=0), block_tasks=0)
   # Ours: lambda and p_tf anneal to 0 and beta ramps from 0. The authors' trainer: lambda_floor=0.3,
   # p_tf_floor=0.05, beta_start_fraction=1.0, pheromone.first_step=False, rl.sl_steps='all'.
   c.curriculum = dict(steps=20, lambda_start=0.5, p_tf_start=0.5, horizon_start=3, lambda_floor=0.0,
@@ -96,7 +99,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.ablation = dict(freeze_at=30)   # RL step after which the 'frozen' row's pheromone stops changing
   c.sampling = dict(top_k=20, temperature=0.7)
   # test_pheromone: beta = 0 runs are also decoded with the pheromone (the sub-row 'pheromone at test only')
-  c.eval = dict(temperature=0.0, success_threshold=0.7, test_pheromone=False)
+  c.eval = dict(temperature=0.0, success_threshold=0.7, test_pheromone=False, block_tasks=0)
   c.stats = dict(confidence=0.95, resamples=10000, method="BCa")
   # The regime gate printed before each seed's RL runs (phgpo/train.py regime_gate): run `policy` against the
   # training-free run `baseline` on held-out match ratio, PASS within `tolerance` points ('' = no gate).

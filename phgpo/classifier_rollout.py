@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from common import distributed
 from common import env_pool
 from phgpo import memory_bank
 from phgpo import metrics as metrics_lib
@@ -162,6 +163,83 @@ def rollout(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes",
                               kind=reward_kind, horizon=h, success_threshold=success_threshold)
   return RolloutBatch(tools, templates, status, logp_old, logp_behaviour, pg_mask, sl_mask, length,
                       np.asarray(task_idx), reward, end_reason, observations)
+
+
+def task_blocks(num_groups: int, block_tasks: int) -> list[range]:
+  """Group (task) index ranges of the sampling blocks: `block_tasks` whole groups each (the last may be short);
+  `block_tasks` <= 0 = one block of every group (the layout before issue 28). Config keys `rl.block_tasks`
+  (RL steps) and `eval.block_tasks` (held-out evaluation)."""
+  n = int(num_groups)
+  per = n if int(block_tasks) <= 0 else int(block_tasks)
+  per = max(per, 1)
+  return [range(i, min(i + per, n)) for i in range(0, n, per)]
+
+
+def concat(batches: Sequence[RolloutBatch]) -> RolloutBatch:
+  """One RolloutBatch of the rows of `batches`, in order (arrays concatenated on axis 0, lists joined).
+
+  Raises:
+    ValueError: no batches.
+  """
+  if not batches:
+    raise ValueError("concat needs at least one RolloutBatch")
+  if len(batches) == 1:
+    return batches[0]
+  out = {}
+  for f in dataclasses.fields(RolloutBatch):
+    parts = [getattr(b, f.name) for b in batches]
+    if isinstance(parts[0], np.ndarray):
+      out[f.name] = np.concatenate(parts, axis=0)
+    elif parts[0] is None:
+      out[f.name] = None
+    else:
+      out[f.name] = [x for p in parts for x in p]
+  return RolloutBatch(**out)
+
+
+def rollout_blocks(compiled, params, pher, problem: Problem, envs: "ReplayEpisodes", groups: np.ndarray,
+                   key: jax.Array, *, group_size: int, block_tasks: int, tf_rng: np.random.Generator,
+                   tf_seed: Sequence[int], **kwargs) -> RolloutBatch:
+  """`rollout` of `group_size` trajectories per task of `groups`, block by block, each process its own slice of
+  blocks; every process returns the same global RolloutBatch, rows ordered (task, sample), as one process would.
+
+  The groups are cut into sampling blocks of `block_tasks` whole groups (`task_blocks`). With one block
+  (`block_tasks` 0) the block samples with `key` and `tf_rng` as given (the single-process stream before issue
+  28). With several, block b (global index, whatever the process count) samples with jax.random.fold_in(key, b)
+  and numpy's default_rng([*tf_seed, b]) for its episode seeds and teacher-forcing coin flips: the keys fold in
+  the block index, never the process id, so a run's samples do not depend on the process count (they do depend
+  on `block_tasks`). Process p runs the blocks of common.distributed.process_slice on its own `envs`; the
+  batches are all-gathered (common.distributed.allgather_objects), so the host-side state built from them
+  (pheromone, memory bank, curriculum counters, first successes) is the same on every process.
+
+  Args:
+    compiled, params, pher, problem, kwargs: as `rollout` (beta, w, temperature, p_tf, reward_kind, ...).
+    envs: this process's ReplayEpisodes, with at least len(largest block) * group_size episode slots.
+    groups: i64[G] task rows, one per group.
+    key: the step's PRNG key.
+    group_size: M trajectories per task.
+    block_tasks: groups per sampling block (<= 0: one block).
+    tf_rng: host RNG of the one-block case; tf_seed: the integers seeding each block's host RNG otherwise.
+  Returns:
+    RolloutBatch of G * M rows; row i is sample i % M of task groups[i // M].
+  Collective: with several processes every process must call it (the all-gather).
+  """
+  groups = np.asarray(groups)
+  blocks = task_blocks(len(groups), block_tasks)
+  local = []
+  for b in distributed.process_slice(len(blocks)):
+    rows = np.repeat(groups[blocks[b].start:blocks[b].stop], group_size)
+    if len(blocks) == 1:
+      bkey, brng = key, tf_rng
+    else:
+      bkey, brng = jax.random.fold_in(key, b), np.random.default_rng([*map(int, tf_seed), b])
+    local.append(rollout(compiled, params, pher, problem, envs, rows, bkey, tf_rng=brng, **kwargs))
+  return concat([rb for part in distributed.allgather_objects(local) for rb in part])
+
+
+def block_slots(num_groups: int, group_size: int, block_tasks: int) -> int:
+  """Episode slots one process needs for `rollout_blocks`: the largest block's trajectories."""
+  return max(len(r) for r in task_blocks(max(int(num_groups), 1), block_tasks)) * int(group_size)
 
 
 def score_trajectories(tools, length, gold, gold_len, *, kind: str, horizon: int,

@@ -79,19 +79,25 @@ def evaluate(config, compiled, params, pher, problem: Problem, *, beta: float, w
     envs: `phgpo.classifier_rollout.ReplayEpisodes` to reuse (default: a new group, closed afterwards).
     task_idx: i64[B] task rows to evaluate (default: the held-out split).
     seed: PRNG seed of the decode (matters only at `eval.temperature` > 0).
+  Config `eval.block_tasks` > 0 cuts the tasks into sampling blocks of that many tasks, shared out over the
+  processes of a multi-process run (`phgpo.classifier_rollout.rollout_blocks`; block b decodes with
+  fold_in(key(seed), b)); 0 (default) = one block, run by process 0 and all-gathered. Every process returns the
+  same metrics. Collective with several processes.
   Returns:
     The module's metrics dict (`summarize_rollouts`; success threshold: config `eval.success_threshold`), with
     per_task['end_reason'] (list[str], each rollout's end: 'horizon', 'done', 'no_candidate', 'env_error')
     and 'env_errors' (int, rollouts ended by an environment error).
   """
   task_idx = problem.eval_idx if task_idx is None else task_idx
+  block_tasks = int(config.eval.get("block_tasks", 0))
   own = envs is None
-  envs = envs or rollout_lib.make_envs(config, problem, len(task_idx))
+  envs = envs or rollout_lib.make_envs(config, problem, rollout_lib.block_slots(len(task_idx), 1, block_tasks))
   try:
-    rb = rollout_lib.rollout(
-        compiled, params, pher, problem, envs, task_idx, jax.random.key(seed), beta=beta, w=w,
-        temperature=config.eval.temperature, p_tf=0.0, tf_rng=np.random.default_rng(seed),
-        reward_kind="match_ratio", success_threshold=config.eval.success_threshold)
+    rb = rollout_lib.rollout_blocks(
+        compiled, params, pher, problem, envs, np.asarray(task_idx), jax.random.key(seed), group_size=1,
+        block_tasks=block_tasks, tf_rng=np.random.default_rng(seed), tf_seed=(seed, 3), beta=beta, w=w,
+        temperature=config.eval.temperature, p_tf=0.0, reward_kind="match_ratio",
+        success_threshold=config.eval.success_threshold)
   finally:
     if own:
       envs.close()

@@ -22,6 +22,12 @@ Modules: `problem` (data, graph, embeddings, policy), `steps` (train state, jit-
 update), `classifier_rollout` (episodes on the worker pool), `evaluation` (held-out metrics, tables), `analysis`
 (pictures); this module only runs the stages: build state, loop, write metrics, checkpoints and results.
 
+Several processes (issue 28; common/distributed.py): each step's groups are cut into sampling blocks of
+`rl.block_tasks` tasks (evaluations: `eval.block_tasks`), block b keyed fold_in(key, b); each process rolls out
+its slice of blocks on its own replay workers and the rollouts are all-gathered
+(`phgpo.classifier_rollout.rollout_blocks`), so the update, the pheromone and memory bank, the curriculum and
+the first-success records are computed identically on every process; only the primary process writes files.
+
 Host/device split: the decision function and the update are jit-compiled pure functions over padded
 arrays; the loop over turns and the environment calls are host Python, because the environment is an
 external process in general (`common.envs.base.ToolEnv`).
@@ -40,6 +46,7 @@ import ml_collections
 import numpy as np
 
 from common import config_util
+from common import distributed
 from common import env_pool
 from common import io
 from common import provenance
@@ -65,6 +72,8 @@ POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (ph
 # table reports (every run is a folder <split>/seed_<s>/<run>, so other rows, seeds or splits reuse it).
 RESUME_FREE = stages.SCALE_KEYS + env_pool.BACKEND_KEYS
 REPORT_ONLY = ("runs", "table", "reference", "primary", "gate.", "stats.", "seeds", "splits")
+# Keys added after workdirs were written, with the value that reproduces what those workdirs computed.
+ADDED_KEYS = {"rl.block_tasks": 0, "eval.block_tasks": 0}
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -114,6 +123,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                        f"{g.tolerance}")
   if config.rl.sl_steps not in SL_STEPS:
     raise ValueError(f"config rl.sl_steps must be one of {SL_STEPS}, got {config.rl.sl_steps!r}")
+  for section in ("rl", "eval"):
+    key, v = f"{section}.block_tasks", config[section].get("block_tasks", 0)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+      raise ValueError(f"config {key} must be an integer >= 0 (tasks per sampling block; 0: one block), got {v!r}")
   if not config.rl.tis_cap >= 0:
     raise ValueError(f"config rl.tis_cap must be >= 0 (0 = no importance weight), got {config.rl.tis_cap}")
   cc = config.curriculum
@@ -152,13 +165,15 @@ def check_config(config: ml_collections.ConfigDict) -> None:
 
 
 def _write_json(path: str, obj: dict) -> None:
-  io.write_json(path, obj, sort_keys=True)
+  """Writes `obj` as sorted JSON; several processes: only the primary writes (common/distributed.py)."""
+  if distributed.is_primary():
+    io.write_json(path, obj, sort_keys=True)
 
 
 def _snapshot(config, workdir: str, step: int, pher) -> None:
   """Writes the effective task-agnostic pheromone f32[N+1, N] after `step` RL updates to
   `<workdir>/pheromone/tau_step_<step>.npy` when `step` is one of config `logging.pheromone_snapshots`."""
-  if step not in tuple(config.logging.pheromone_snapshots):
+  if step not in tuple(config.logging.pheromone_snapshots) or not distributed.is_primary():
     return
   folder = os.path.join(workdir, "pheromone")
   os.makedirs(folder, exist_ok=True)
@@ -166,6 +181,18 @@ def _snapshot(config, workdir: str, step: int, pher) -> None:
   tau = np.asarray(jax.device_get(pher_lib.effective_tau(pher, tau_min=config.pheromone.tau_min)), np.float32)
   with io.atomic_write(path, "wb") as f:
     np.save(f, tau)
+
+
+def pheromone_digest(pher) -> str:
+  """sha256 (hex) over every array of a PheromoneState (task-agnostic tau, argument pheromone, memory bank), in
+  leaf order, with each leaf's dtype and shape: equal digests mean bit-identical pheromone. A multi-process run
+  prints it on every process (issue 28: the host-side state is the same on all of them)."""
+  h = hashlib.sha256()
+  for leaf in jax.tree_util.tree_leaves(jax.device_get(pher)):
+    a = np.ascontiguousarray(np.asarray(leaf))
+    h.update(f"{a.dtype}{a.shape}".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
 
 
 def first_success_summary(first: dict[str, int], visited) -> dict:
@@ -214,7 +241,8 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   first = {t: s for t, s in fs["first"].items() if s <= start}
   visited = {t: s for t, s in fs["visited"].items() if s <= start}
   m = rc.rollouts_per_task
-  envs = rollout_lib.make_envs(config, problem, rc.tasks_per_step * m)
+  block_tasks = int(rc.get("block_tasks", 0))
+  envs = rollout_lib.make_envs(config, problem, rollout_lib.block_slots(rc.tasks_per_step, m, block_tasks))
   try:
     train_len = problem.gold_len[problem.train_idx]
     bar = warmup.progress_bar(rc.steps, start, f"{desc} seed {seed}", progress)
@@ -229,9 +257,10 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
       tasks = curriculum.tasks_within_horizon(problem.train_idx, train_len, rng, horizon=sv.horizon,
                                               count=rc.tasks_per_step)
       key = jax.random.fold_in(jax.random.wrap_key_data(state.key), step)
-      rb = rollout_lib.rollout(
-          compiled, state.params, state.pheromone, problem, envs, np.repeat(tasks, m), key, beta=sv.beta,
-          w=sv.w, temperature=config.sampling.temperature, p_tf=sv.p_tf, tf_rng=rng, reward_kind=rc.reward,
+      rb = rollout_lib.rollout_blocks(
+          compiled, state.params, state.pheromone, problem, envs, tasks, key, group_size=m,
+          block_tasks=block_tasks, tf_rng=rng, tf_seed=(seed, 2, step), beta=sv.beta, w=sv.w,
+          temperature=config.sampling.temperature, p_tf=sv.p_tf, reward_kind=rc.reward,
           success_threshold=config.eval.success_threshold)
       frozen = 0 <= pc.freeze_at <= step
       state, aux = steps.rl_step(compiled, state, problem, rb, group_ids=np.repeat(np.arange(len(tasks)), m),
@@ -404,6 +433,8 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
       comp = cache_of(cfg).get(cfg)
       t0 = time.time()
       st = run_rl(cfg, problem, comp, rdir, seed=seed, init_params=warm.params, progress=progress, desc=run)
+      log(f"seed {seed} {run}: pheromone sha256 {pheromone_digest(st.pheromone)[:16]} (process "
+          f"{jax.process_index()} of {jax.process_count()})")
       pc = cfg.pheromone
       res = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem, beta=pc.beta_max, w=pc.w_max,
                                 seed=seed)
@@ -417,6 +448,7 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
         res["test_pheromone"] = evaluation.evaluate(cfg, comp, st.params, st.pheromone, problem,
                                                     beta=config.pheromone.beta_max, w=config.pheromone.w_max,
                                                     seed=seed)
+      distributed.sync(f"phgpo first_success {seed} {run}")   # the primary has written it (run_rl's last step)
       with open(os.path.join(rdir, "first_success.json")) as f:
         fs = json.load(f)
       res["first_success"] = first_success_summary(fs["first"], fs["visited"])
@@ -454,7 +486,8 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
   check_config(config)
   t0 = time.time()
   os.makedirs(workdir, exist_ok=True)
-  if not os.path.exists(os.path.join(workdir, "config.json")):   # the launcher writes it; library callers too
+  if distributed.is_primary() and not os.path.exists(os.path.join(workdir, "config.json")):
+    # the launcher writes it; library callers too
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=1))
   results, tables, paired, prov, tool_names = {}, [], {}, None, None
@@ -476,9 +509,11 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
     tables.append(evaluation.format_table(results[split], config.runs, reference=ref, title=title,
                                           primary=config.get("primary", ""), **st))
     paired[split] = evaluation.paired_table_json(results[split], config.runs, reference=ref, **st)
-  from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
-  pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),
-                               seeds=list(config.seeds), tool_names=tool_names)
+  pictures = []
+  if distributed.is_primary():   # several processes: only the primary writes (common/distributed.py)
+    from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
+    pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),
+                                 seeds=list(config.seeds), tool_names=tool_names)
   code = prov["code"]
   head = (f"code: commit {code['commit']}{' (uncommitted changes)' if code['dirty'] else ''}; config "
           f"{config.table}; data sha256 {prov['data']['sha256'][:16]}, embeddings sha256 "
@@ -488,12 +523,16 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
   full = TABLE_RUNS.get(config.table)
   if full is not None and tuple(config.runs) != full:
     name += "_" + "-".join(config.runs)
-  with open(os.path.join(workdir, name + ".txt"), "w") as f:
-    f.write(text + "\n")
+  if distributed.is_primary():
+    with open(os.path.join(workdir, name + ".txt"), "w") as f:
+      f.write(text + "\n")
   _write_json(os.path.join(workdir, name + ".json"), {
       **prov, "tables": paired,
       "results": {sp: {str(s): {r: _strip(m) for r, m in rs.items()} for s, rs in by_seed.items()}
                   for sp, by_seed in results.items()}})
   log(text)
-  log(f"total {time.time() - t0:.0f}s; {name}.txt/.json and {len(pictures)} pictures in {workdir}")
+  if distributed.is_primary():
+    log(f"total {time.time() - t0:.0f}s; {name}.txt/.json and {len(pictures)} pictures in {workdir}")
+  else:
+    log(f"total {time.time() - t0:.0f}s; process {jax.process_index()}: the primary process wrote the files")
   return results

@@ -6,7 +6,10 @@ tests/multihost_test.py), in separate workdirs. Checked: both processes print th
 digit for digit (the workdir's path, which the table's first line names, aside); the results JSON and every
 training curve (metrics.jsonl less its wall times) are equal; the non-checkpoint files of both workdirs are
 the same; and each was written by the primary process only (tests/write_audit_launcher.py records every
-file a process opens for writing; Orbax's checkpoints are written collectively and left out).
+file a process opens for writing; Orbax's checkpoints are written collectively and left out). PhGPO: both
+processes print the one-process run's pheromone digest after each RL run (bit-identical pheromone and memory
+bank). One class per method, so pytest-xdist (--dist loadscope) may run them on different workers; each takes
+1.5-2.5 min on 2 loaded cores (ProgAgent CI-sized by flags: 8 SFT epochs, evaluation at v0).
 """
 
 import json
@@ -16,7 +19,6 @@ import subprocess
 import sys
 
 from absl.testing import absltest
-import pytest
 
 import procs
 
@@ -52,7 +54,10 @@ def launch(config: str, workdir: str, num_processes: int, *flags: str) -> list[d
         for q in ps:
           q.kill()
         so, se = p.communicate()
-      wrote = set(json.load(open(audits[i]))) if os.path.exists(audits[i]) else set()
+      wrote = set()
+      if os.path.exists(audits[i]):
+        with open(audits[i]) as f:
+          wrote = set(json.load(f))
       out.append({"rc": p.returncode, "stdout": so, "stderr": se, "wrote": wrote})
   finally:
     for p in ps:
@@ -79,12 +84,23 @@ def curves(workdir: str) -> dict[str, list]:
   return out
 
 
-class TwoProcessesEqualOne(absltest.TestCase):
+def without_wall_times(obj):
+  """A results JSON less its provenance, paths and wall times ('code', 'config', 'eval_s', 'train_seconds')."""
+  if isinstance(obj, dict):
+    return {k: without_wall_times(v) for k, v in obj.items() if k not in ("code", "config", "eval_s", "train_seconds")}
+  if isinstance(obj, list):
+    return [without_wall_times(v) for v in obj]
+  return obj
 
-  def check(self, config: str, table_start: str, results: str, *flags: str) -> None:
+
+class TwoProcessesEqualOne(absltest.TestCase):
+  """The comparison (`check`); the method classes below hold the tests."""
+
+  def check(self, config: str, table_start: str, results: str, *flags: str, table_end: str = "") -> None:
     """Runs `config` in one and in two processes; the checks of the module docstring.
 
-    table_start: the line prefix where the printed results table begins; results: the results JSON's name.
+    table_start: the line prefix where the printed results table begins; table_end: where it ends ('' = the
+    end of the output); results: the results JSON's name.
     """
     root = self.create_tempdir().full_path
     one_dir, two_dir = os.path.join(root, "one"), os.path.join(root, "two")
@@ -97,7 +113,8 @@ class TwoProcessesEqualOne(absltest.TestCase):
       text = r["stdout"].replace(workdir, "WORKDIR")
       start = text.find(table_start)
       self.assertGreaterEqual(start, 0, f"no results table in:\n{text[-3000:]}")
-      return text[start:]
+      end = text.find(table_end, start) if table_end else -1
+      return text[start:end] if end >= 0 else text[start:]
 
     want = table(one[0], one_dir)
     for i, r in enumerate(two):
@@ -107,10 +124,8 @@ class TwoProcessesEqualOne(absltest.TestCase):
     self.assertEqual(names(two_dir), names(one_dir))
     with open(os.path.join(one_dir, results)) as a, open(os.path.join(two_dir, results)) as b:
       ra, rb = json.load(a), json.load(b)
-    for k in ("code", "config", "eval_s"):   # provenance, paths and wall time
-      ra.pop(k, None)
-      rb.pop(k, None)
-    self.assertEqual(json.dumps(rb, sort_keys=True), json.dumps(ra, sort_keys=True))
+    self.assertEqual(json.dumps(without_wall_times(rb), sort_keys=True),
+                     json.dumps(without_wall_times(ra), sort_keys=True))
     self.assertEqual(curves(two_dir), curves(one_dir))
     # exactly one process (the primary) wrote each output file
     mine = lambda r: {p for p in r["wrote"] if p.startswith(two_dir + os.sep)
@@ -122,13 +137,35 @@ class TwoProcessesEqualOne(absltest.TestCase):
     self.assertEqual(sorted(f for f in output_files(two_dir) if not covered(f)), [])
     return one, two, one_dir, two_dir
 
-  @pytest.mark.slow   # 3 min (1 + 2 processes of the smoke config) on 2 cores: outside CI for now
+
+class PlanPOTest(TwoProcessesEqualOne):
+
   def test_planpo(self):
     self.check("configs/planpo_twx.py:smoke", "== held-out split", "results_main.json")
 
-  @pytest.mark.slow   # 13 min on 2 loaded cores: outside CI for now
+
+class PhGPOTest(TwoProcessesEqualOne):
+
+  def test_phgpo(self):
+    # Sampling blocks of 2 tasks (RL) and 12 (evaluation) so that both processes roll out: the one-process run
+    # uses the same blocks, and the keys fold in the block index only.
+    one, two, _, _ = self.check("configs/phgpo_traject.py:smoke", "main table, random split",
+                                "results_main_nearest-warmup-grpo-phgpo.json", "--config.rl.block_tasks=2",
+                                "--config.eval.block_tasks=12", table_end="\ntotal ")
+    digest = lambda r: re.findall(r"seed 0 (\w+): pheromone sha256 (\w+) \(process (\d) of (\d)\)", r["stdout"])
+    want = [(run, d) for run, d, _, _ in digest(one[0])]
+    self.assertEqual([run for run, _ in want], ["grpo", "phgpo"])
+    for i, r in enumerate(two):   # the pheromone arrays are bit-identical on both processes and equal one's
+      self.assertEqual(digest(r), [(run, d, str(i), "2") for run, d in want])
+
+
+class ProgAgentTest(TwoProcessesEqualOne):
+
   def test_progagent(self):
-    self.check("configs/progagent.py:smoke", "harness  level", "eval/results.json")
+    # CI-sized: 8 SFT epochs (not 80: this checks that the processes agree, not that the model learns) and the
+    # evaluation at v0 only
+    self.check("configs/progagent.py:smoke", "harness  level", "eval/results.json", "--config.sft.epochs=8",
+               "--config.eval.levels=0")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,44 @@ class PhGPOTrainTest(absltest.TestCase):
                                       beta=0.7, w=0.5, temperature=0.7, p_tf=p_tf,
                                       tf_rng=np.random.default_rng(0), reward_kind="match_ratio")
 
+  def test_sampling_blocks_are_keyed_by_block_index(self):
+    # issue 28: rollout_blocks with blocks of 2 tasks x 3 samples gives, in one process, each block's own
+    # rollout (keys fold in the block index; host RNG [seed..., block]), concatenated in order; with one block
+    # (block_tasks 0) it is `rollout` itself, with the key and host RNG given.
+    p = self.problem
+    groups = p.train_idx[:5]
+    params = self.policy.init(jax.random.key(0))
+    pher = steps.init_pheromone(self.config, p)
+    kw = dict(beta=0.7, w=0.5, temperature=0.7, p_tf=0.3, reward_kind="match_ratio")
+    self.assertEqual([list(r) for r in classifier_rollout.task_blocks(5, 2)], [[0, 1], [2, 3], [4]])
+    self.assertEqual(classifier_rollout.block_slots(5, 3, 2), 6)
+    self.assertEqual(classifier_rollout.block_slots(5, 3, 0), 15)
+    envs = classifier_rollout.make_envs(self.config, p, 15)
+    try:
+      got = classifier_rollout.rollout_blocks(self.compiled, params, pher, p, envs, groups, jax.random.key(1),
+                                              group_size=3, block_tasks=2, tf_rng=None, tf_seed=(0, 2, 7), **kw)
+      parts = [classifier_rollout.rollout(
+          self.compiled, params, pher, p, envs, np.repeat(groups[r.start:r.stop], 3),
+          jax.random.fold_in(jax.random.key(1), b), tf_rng=np.random.default_rng([0, 2, 7, b]), **kw)
+          for b, r in enumerate(classifier_rollout.task_blocks(5, 2))]
+      one = classifier_rollout.rollout_blocks(self.compiled, params, pher, p, envs, groups, jax.random.key(1),
+                                              group_size=3, block_tasks=0, tf_rng=np.random.default_rng(4),
+                                              tf_seed=(), **kw)
+      plain = classifier_rollout.rollout(self.compiled, params, pher, p, envs, np.repeat(groups, 3),
+                                         jax.random.key(1), tf_rng=np.random.default_rng(4), **kw)
+    finally:
+      envs.close()
+    want = classifier_rollout.concat(parts)
+    np.testing.assert_array_equal(got.task, np.repeat(groups, 3))
+    for f in ("tools", "templates", "status", "length", "reward", "sl_mask", "logp_old"):
+      np.testing.assert_array_equal(getattr(got, f), getattr(want, f))
+      np.testing.assert_array_equal(getattr(one, f), getattr(plain, f))
+    self.assertEqual(got.end_reason, want.end_reason)
+    bad = _smoke_config()
+    bad.rl.block_tasks = -1
+    with self.assertRaisesRegex(ValueError, "rl.block_tasks must be an integer >= 0"):
+      train.check_config(bad)
+
   def test_sandboxed_equals_in_process(self):
     task_idx = self.problem.train_idx[:8]
     c = _smoke_config()

@@ -1,0 +1,1 @@
+"""Launch recipes (README, "Launch recipes"): Slurm, Kubernetes, and the node check they run first."""

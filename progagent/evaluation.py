@@ -33,7 +33,10 @@ demonstration). Rows that must score 0 (zero_rows): 'no call' and 'seed-0 answer
 from __future__ import annotations
 
 import ast
+import json
+import logging
 import os
+import pickle
 import shutil
 from typing import Any, Mapping, Sequence
 
@@ -42,6 +45,7 @@ import ml_collections
 import numpy as np
 
 from common import distributed
+from common import io
 from common import metrics as metrics_lib
 from common import stats
 from common import trajectory as traj_lib
@@ -153,13 +157,20 @@ def zero_rows(task_ids: Sequence[str], levels: Sequence[int], seeds: Sequence[in
 
 
 def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: str, key: jax.Array,
-                      cache_dir: str | None = None) -> list[traj_lib.Trajectory]:
+                      cache_dir: str | None = None, resume_dir: str | None = None) -> list[traj_lib.Trajectory]:
   """eval.samples rollouts of every (task, level) instance on every seed of eval.seeds (module docstring), each
   first prompt holding the harness's one-shot demonstration when `fewshot.task` is set (demonstration).
   `eval.batch_instances` > 0 runs the instances of a seed in batches of that many (each its own sampler, so
   the KV cache holds batch_instances x eval.samples rows; 0 = all at once). Several processes: the (seed, batch)
   units are shared out (common.distributed.run_sliced) and every process returns every trajectory, as one
-  process would (a unit's key folds in its seed and batch indices only)."""
+  process would (a unit's key folds in its seed and batch indices only).
+
+  resume_dir: a single-process run keeps each finished unit's trajectories there (unit_<u>.pkl, written
+  atomically), so a run killed during a long evaluation resumes from the units it finished instead of from
+  nothing (a unit's samples depend only on its key, so a resumed evaluation equals an uninterrupted one).
+  The folder holds the settings it was written with (units.json: the eval, env, fewshot and gspo sampling
+  config); other settings clear it. Multi-process runs do not use it (only the primary process writes).
+  Pickle: only files this program wrote in the run's own workdir are read back."""
   ev = config.eval
   ec = eval_config(config, mode)
   demo = demonstration(config, mode, cache_dir=cache_dir)
@@ -169,7 +180,18 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
   pad = policy.model.pad_token_id or 0
   units = [(i, seed, j, chunk) for i, seed in enumerate(ev.seeds) for j, chunk in enumerate(chunks)]
 
+  resume = _UnitStore(resume_dir, config, mode, len(units)) if resume_dir and jax.process_count() == 1 else None
+
   def run_unit(u: int) -> list[traj_lib.Trajectory]:
+    if resume is None:
+      return run_unit_rollouts(u)
+    done = resume.load(u)
+    if done is None:
+      done = run_unit_rollouts(u)
+      resume.save(u, done)
+    return done
+
+  def run_unit_rollouts(u: int) -> list[traj_lib.Trajectory]:
     # one (seed, batch) unit; in a multi-process run each process runs its slice of the units
     # (common.distributed.run_sliced) and every process gets all the trajectories, in this order
     i, seed, j, chunk = units[u]
@@ -193,6 +215,44 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
         shutil.rmtree(seed_cache, ignore_errors=True)
 
   return distributed.run_sliced(len(units), run_unit)
+
+
+class _UnitStore:
+  """The finished evaluation units of one run_eval_rollouts call, on disk (its `resume_dir` docstring)."""
+
+  def __init__(self, folder: str, config, mode: str, num_units: int):
+    self.folder = folder
+    fewshot = config.get("fewshot", None)
+    settings = json.loads(json.dumps({
+        "mode": mode, "units": num_units, "seed": config.get("seed", None), "eval": config.eval.to_dict(),
+        "env": config.env.to_dict(), "fewshot": fewshot.to_dict() if fewshot is not None else None,
+        "sampling": {k: config.gspo.get(k, None) for k in ("top_k", "top_p", "generate_batch_size", "kv_reuse",
+                                                          "kv_cache_max_gb")}}, default=str))
+    path = os.path.join(folder, "units.json")
+    saved = io.read_json(path) if os.path.exists(path) else None
+    if saved != settings:
+      shutil.rmtree(folder, ignore_errors=True)
+      os.makedirs(folder, exist_ok=True)
+      io.write_json(path, settings)
+
+  def _path(self, u: int) -> str:
+    return os.path.join(self.folder, f"unit_{u:05d}.pkl")
+
+  def load(self, u: int) -> list[traj_lib.Trajectory] | None:
+    """The unit's trajectories when it finished before (None: run it); an unreadable file is run again."""
+    path = self._path(u)
+    if not os.path.exists(path):
+      return None
+    try:
+      with open(path, "rb") as f:
+        return pickle.load(f)
+    except Exception as e:  # pylint: disable=broad-except  # a torn or foreign file: run the unit again
+      logging.warning("evaluation unit %s unreadable (%s); running it again", path, e)
+      return None
+
+  def save(self, u: int, trajs: list[traj_lib.Trajectory]) -> None:
+    with io.atomic_write(self._path(u), "wb") as f:
+      pickle.dump(trajs, f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def summarize(trajs: Sequence[traj_lib.Trajectory], *, ks: Sequence[int], confidence: float = 0.95,

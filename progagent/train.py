@@ -449,7 +449,9 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
   Writes workdir/eval/results.json ({'settings', 'mode', 'normalize_errors', 'levels': {level: metrics}, 'seeds',
   'tasks'}),
   episodes.jsonl (every rollout) and table.txt; a finished stage (results.json present, written with the same
-  `eval.*` and `stats.*` settings) is read back, not rerun.
+  `eval.*` and `stats.*` settings) is read back, not rerun. An unfinished one resumes from the (seed, batch)
+  units it finished (workdir/eval/units/, progagent.evaluation.run_eval_rollouts's resume_dir; removed once
+  results.json is written).
   """
   d = os.path.join(workdir, "eval")
   if distributed.is_primary():
@@ -465,7 +467,8 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
   eval_tasks = tasks_lib.select_tasks(tuple(ev.tasks)) if ev.tasks else list(task_ids)
   t0 = time.monotonic()
   trajs = evaluation.run_eval_rollouts(config, policy, params, eval_tasks, mode=config.mode,
-                                       key=jax.random.key(config.seed + 23), cache_dir=cache_dir)
+                                       key=jax.random.key(config.seed + 23), cache_dir=cache_dir,
+                                       resume_dir=os.path.join(d, "units"))
   levels = evaluation.summarize(trajs, ks=tuple(ev.k), confidence=config.stats.confidence,
                                 resamples=config.stats.resamples)
   res = {"settings": settings, "mode": config.mode, "normalize_errors": bool(config.env.normalize_errors),
@@ -476,6 +479,7 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
     with open(os.path.join(d, "table.txt"), "w") as f:
       f.write(evaluation.format_level_table({config.mode: levels}, sorted(levels), tuple(ev.k)) + "\n")
     io.write_json(path, res, default=float)
+    shutil.rmtree(os.path.join(d, "units"), ignore_errors=True)   # the finished units (resume only)
   return res
 
 

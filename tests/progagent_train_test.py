@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import absltest
 import jax
@@ -409,6 +410,52 @@ class SmokeRunTest(absltest.TestCase):
                      strip(io.read_jsonl(os.path.join(self.workdir, "gspo", "metrics.jsonl"))))
     self.assertEqual(io.read_jsonl(os.path.join(workdir, "gspo", "rollouts.jsonl")),
                      io.read_jsonl(os.path.join(self.workdir, "gspo", "rollouts.jsonl")))
+
+  def test_killed_evaluation_resumes_from_finished_units(self):
+    # A run killed during its held-out evaluation keeps the (seed, batch) units it finished (eval/units/) and
+    # runs only the others when it resumes; the result equals an uninterrupted evaluation's.
+    c = smoke_config()
+    c.eval.batch_instances = 3            # 3 tasks x 2 levels: two units
+    workdir = os.path.join(_CACHE, "run_eval_resume")
+    shutil.copytree(self.workdir, workdir)
+    for f in ("results.json", "episodes.jsonl", "table.txt"):
+      os.remove(os.path.join(workdir, "eval", f))
+    real, calls = rollouts.run_rollouts, []
+
+    class Killed(Exception):
+      pass
+
+    def killed_after_one_unit(*args, **kwargs):
+      if calls:
+        raise Killed()
+      calls.append(1)
+      return real(*args, **kwargs)
+
+    with mock.patch.object(rollouts, "run_rollouts", killed_after_one_unit):
+      with self.assertRaises(Killed):
+        train.run(c, workdir)
+    units = os.path.join(workdir, "eval", "units")
+    self.assertEqual(sorted(f for f in os.listdir(units) if f.endswith(".pkl")), ["unit_00000.pkl"])
+    counted = []
+
+    def counting(*args, **kwargs):
+      counted.append(1)
+      return real(*args, **kwargs)
+
+    with mock.patch.object(rollouts, "run_rollouts", counting):
+      resumed = train.run(c, workdir)
+    self.assertLen(counted, 1)                 # only the unit that had not finished
+    self.assertFalse(os.path.exists(units))    # cleared once results.json is written
+    fresh = os.path.join(_CACHE, "run_eval_fresh")
+    shutil.copytree(workdir, fresh)
+    for f in ("results.json", "episodes.jsonl", "table.txt"):
+      os.remove(os.path.join(fresh, "eval", f))
+    uninterrupted = train.run(c, fresh)
+    self.assertEqual(io.read_jsonl(os.path.join(workdir, "eval", "episodes.jsonl")),
+                     io.read_jsonl(os.path.join(fresh, "eval", "episodes.jsonl")))
+    strip = lambda r: {k: v for k, v in r["eval"].items() if k != "eval_s"}
+    self.assertEqual(json.dumps(strip(resumed), sort_keys=True, default=str),
+                     json.dumps(strip(uninterrupted), sort_keys=True, default=str))
 
   def test_resume_gives_identical_state(self):
     workdir = os.path.join(_CACHE, "run_b")

@@ -57,6 +57,31 @@ GROUNDTRUTH_PLACEHOLDER = "{groundtruth}"
 GROUNDTRUTH_INSIDE = "/groundtruth"
 
 
+def _group_running(pgid: int) -> bool:
+  """Whether a process of process group `pgid` still runs (zombies, which an init may take seconds to reap, do
+  not count), read from /proc/<pid>/stat."""
+  for name in os.listdir("/proc"):
+    if not name.isdigit():
+      continue
+    try:
+      with open(f"/proc/{name}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+      continue
+    if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+      return True
+  return False
+
+
+def _wait_group(pgid: int, limit_s: float) -> None:
+  """Waits (at most limit_s) until no process of the process group runs: the sandbox's log capper
+  (common.sandbox_guard, a `head -c` beside the sandbox) may still be writing the evaluator's last output to
+  the log file when the sandbox itself has exited."""
+  deadline = time.monotonic() + limit_s
+  while time.monotonic() < deadline and _group_running(pgid):
+    time.sleep(0.01)
+
+
 class Evaluator:
   """A sandboxed evaluator command (module docstring).
 
@@ -165,6 +190,7 @@ class Evaluator:
           pass
         proc.wait(timeout=30)
         code = None
+      _wait_group(proc.pid, 5.0)
     finally:
       if sb is not None:
         sb.close()

@@ -41,8 +41,11 @@ package not installed) is refused before anything starts, naming --mcp-server (e
 have stopped, in a sandbox of its own with the workspace read-only at {workspace} and `--groundtruth DIR` at
 {groundtruth} (progagent/evaluator.py); its verdict {passed, reward, exit_code, timed_out, seconds, output, ...}
 goes to the verdict file only, under `evaluator` (reward = 1 when it exits 0): never to a tool result or a
-description. Without --evaluator the record says done: true, reward: null. `--instruction-file` serves a task
-text as the resource and prompt below.
+description. Without --evaluator the record says done: true, reward: null. The end of an episode (kernel and
+servers stopped, the evaluator run, the workspace written back) takes well under a second plus the evaluator's
+own time; a SIGTERM that arrives meanwhile does not cut it short (the MCP SDK's stdio client sends one 2 s after
+closing stdin, and SIGKILL 2 s later: an evaluator that needs longer needs a host that waits).
+`--instruction-file` serves a task text as the resource and prompt below.
 
 Tools offered: `programmatic_tool_call`; with `--direct-tools` also the backend's own tools (DTC / Hybrid
 over MCP: for a task, each call is one env.step({'name', 'arguments'}), answered with its observation text,
@@ -91,6 +94,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from typing import Any, Callable
 
 from common import io, sandbox_guard, tool_wire
@@ -444,11 +448,33 @@ class ServersEpisode:
 
 def servers_builder(specs: list, *, workspace: str, direct_tools: bool, namespace: str, verdict: Verdict,
                     holder: list, evaluator: Any = None, groundtruth: str | None = None,
-                    instruction: str | None = None, **runtime_kwargs: Any) -> Callable[[], Session]:
-  """The Session factory of --mcp-server: the servers (progagent.mcp_servers.McpServerGroup, each sandboxed,
-  started on a thread) and the kernel start at the same time, sharing one capped workspace folder; the
-  programs' `tools` are the servers' tools (namespaced on a clash)."""
+                    instruction: str | None = None,
+                    **runtime_kwargs: Any) -> tuple[Callable[[], Session], Callable[[], None]]:
+  """(build, start_servers) of --mcp-server. build() makes the servers' group
+  (progagent.mcp_servers.McpServerGroup, each server sandboxed; not started) and the kernel, sharing one capped
+  workspace folder, and returns the Session once the kernel has the servers' tools (namespaced on a clash);
+  start_servers() starts the servers on a thread, once build() has made the group. main() runs build() on a
+  thread of its own and calls start_servers() after importing the MCP SDK (which two threads must not import
+  at once), so that the kernel, the SDK's import and the servers' start overlap."""
+  import threading
+  made = threading.Event()
+  box: dict = {}
+
+  def start_servers(abort: bool = False) -> None:
+    """Starts the group's servers once build() has made it; abort=True closes a group not started yet instead
+    (so that a build() waiting for the servers' tools returns, with an error)."""
+    made.wait()
+    group = box.pop("group", None)
+    if group is not None:
+      group.close() if abort else group.start(background=True)
+
   def build() -> Session:
+    try:
+      return _build()
+    finally:
+      made.set()
+
+  def _build() -> Session:
     from common import sandbox_fs
     from progagent import mcp_servers
     from progagent.runtime import ProgramRuntime
@@ -462,16 +488,18 @@ def servers_builder(specs: list, *, workspace: str, direct_tools: bool, namespac
     episode = ServersEpisode(verdict, cap=cap, evaluator=evaluator, groundtruth=groundtruth, workspace=workspace)
     holder.append(episode)
     group = mcp_servers.McpServerGroup(specs, workspace=cap if cap is not None else workspace, sandbox=sandbox,
-                                       namespace=namespace, background=True)
+                                       namespace=namespace, start=False)
     holder.append(group)
     episode.group = group
+    box["group"] = group
+    made.set()
     rt = ProgramRuntime(group, workspace_dir=workspace, workspace_cap=cap, **runtime_kwargs)
     holder.append(rt)
     session = Session(group, rt, direct_tools=direct_tools, instruction=instruction,
                       workspace=group.workspace_inside, shared_path=True)
     episode.served = True
     return session
-  return build
+  return build, start_servers
 
 
 async def serve(build: Callable[[], Session]) -> None:
@@ -534,6 +562,18 @@ async def serve(build: Callable[[], Session]) -> None:
     server = Server("progagent-runtime", version="0.1.0", on_list_tools=list_tools,
                     on_call_tool=call_tool, **handlers)
     await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _import_sdk() -> None:
+  """Imports the MCP SDK modules the server (serve) and the servers' client (common.mcp_process) use."""
+  import anyio  # noqa: F401
+  import anyio.to_thread  # noqa: F401
+  import mcp_types  # noqa: F401
+  from mcp.client.session import ClientSession  # noqa: F401
+  from mcp.server.lowlevel import Server  # noqa: F401
+  from mcp.server.stdio import stdio_server  # noqa: F401
+  from mcp.shared.exceptions import MCPError  # noqa: F401
+  from mcp.shared.message import SessionMessage  # noqa: F401
 
 
 def _close_all(holder: list) -> None:
@@ -659,8 +699,9 @@ def main(argv: list[str] | None = None) -> None:
   verdict = Verdict(task_id, level, a.seed, a.verdict_file)
   runtime_kwargs = dict(timeout_s=a.timeout_s, max_output_chars=a.max_output_chars,
                         sandbox=SandboxConfig(enabled=not a.no_sandbox))
+  start_servers = None
   if specs is not None:
-    build = servers_builder(specs, workspace=own_dir, direct_tools=a.direct_tools, namespace=a.namespace,
+    build, start_servers = servers_builder(specs, workspace=own_dir, direct_tools=a.direct_tools, namespace=a.namespace,
                             verdict=verdict, holder=holder, evaluator=evaluator,
                             groundtruth=os.path.abspath(a.groundtruth) if a.groundtruth else None,
                             instruction=instruction, **runtime_kwargs)
@@ -672,17 +713,36 @@ def main(argv: list[str] | None = None) -> None:
                             direct_tools=a.direct_tools, verdict=verdict, holder=holder, **runtime_kwargs)
 
   terminated: list[int] = []
+  closing: list[bool] = []
 
   def on_term(signum, frame):
     terminated.append(signum)
-    raise SystemExit(128 + signum)
+    if not closing:  # while serving: end it; once the episode is being closed (evaluator, write-back): finish
+      raise SystemExit(128 + signum)
 
   signal.signal(signal.SIGTERM, on_term)
-  import anyio
+  early = None
   try:
+    if start_servers is not None:
+      # The kernel starts now, while this thread imports the MCP SDK (0.5-1 s of the cold start); then the
+      # servers start (their client needs the SDK too). build() runs on a thread of its own and serve() waits
+      # for it. Nothing of ours writes to fd 1 meanwhile (the servers' and the kernel's output go to pipes and
+      # logs), so the MCP stream stays clean.
+      import concurrent.futures
+      early = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-runtime-build").submit(build)
+      build = early.result
+      _import_sdk()
+      start_servers()
+    import anyio
     anyio.run(serve, build)
   finally:
+    closing.append(True)
+    t_close = time.monotonic()
+    if early is not None:  # a start still under way (stdin closed, SIGTERM, an error): end it before closing
+      start_servers(abort=True)
+      concurrent.futures.wait([early])
     _close_all(holder)
+    _log.info("episode closed in %.2f s", time.monotonic() - t_close)
     verdict.at_exit()
     if given is None:
       shutil.rmtree(own_dir, ignore_errors=True)

@@ -337,6 +337,9 @@ class McpServerGroup:
     call_timeout_s: seconds one tool call may take (a server that does not answer is killed: 'timeout').
     background: start the servers on a thread and return at once; tools() and call_tool() wait for them
       (so that a kernel can start meanwhile: progagent.runtime reads tools() right before its prelude).
+    start: False: start nothing yet; start() does (tools() and call_tool() wait for it). The runtime server
+      makes the group and the kernel on one thread while it imports the MCP SDK on another, then starts the
+      servers: the SDK must not be imported by two threads at once (its modules import each other).
   Raises:
     McpServerError: a command cannot be resolved; with background=False also a server that did not start or
       clashing names (with background=True these are raised by tools() / call_tool()).
@@ -344,7 +347,7 @@ class McpServerGroup:
 
   def __init__(self, specs: Sequence[McpServerSpec], *, workspace: "str | sandbox_fs.CappedDir",
                sandbox: SandboxConfig = SandboxConfig(), namespace: str = "clash", start_timeout_s: float = 60.0,
-               call_timeout_s: float = 120.0, background: bool = False):
+               call_timeout_s: float = 120.0, background: bool = False, start: bool = True):
     if namespace not in NAMESPACES:
       raise McpServerError(f"namespace={namespace!r} (config env.mcp.namespace) must be one of {NAMESPACES}")
     if not specs:
@@ -370,24 +373,37 @@ class McpServerGroup:
     self._routes: dict[str, tuple[str, str]] = {}
     self._tools: list[dict] = []
     self._ready: concurrent.futures.Future = concurrent.futures.Future()
+    self._starter: concurrent.futures.ThreadPoolExecutor | None = None
+    self._started = False
     try:
       if sandbox.enabled and self.workspace_cap is None:
         self._own_cap = self.workspace_cap = sandbox_fs.CappedDir(
             self.workspace_dir, "ws", max_bytes=sandbox.workspace_max_bytes,
             max_files=sandbox.workspace_max_files, uid=sandbox.uid, gid=sandbox.gid, keep=True,
             limits=("SandboxConfig.workspace_max_bytes", "SandboxConfig.workspace_max_files"))
-      if background:
-        self._starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-servers-start")
-        self._starter.submit(self._start_all).add_done_callback(self._settle)
-      else:
-        self._starter = None
-        self._settle_now(self._start_all)
-        self._ready.result()
+      if start:
+        self.start(background=background)
     except BaseException:
       self.close()
       raise
 
   # --- start ---------------------------------------------------------------------------------
+
+  def start(self, *, background: bool = False) -> None:
+    """Starts every server, in parallel (once; see the class's `background` and `start`).
+
+    Raises:
+      RuntimeError: already started. McpServerError (background=False): a server did not start, or clashing names.
+    """
+    if self._started:
+      raise RuntimeError("the MCP server group is already started")
+    self._started = True
+    if background:
+      self._starter = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-servers-start")
+      self._starter.submit(self._start_all).add_done_callback(self._settle)
+    else:
+      self._settle_now(self._start_all)
+      self._ready.result()
 
   def _settle(self, fut: concurrent.futures.Future) -> None:
     e = fut.exception()
@@ -562,6 +578,8 @@ class McpServerGroup:
     if self.closed:
       return
     self.closed = True
+    if hasattr(self, "_ready") and not self._ready.done() and not self._started:
+      self._ready.set_exception(McpServerError("the MCP server group was closed before it started"))
     try:
       if getattr(self, "_starter", None) is not None:
         self._starter.shutdown(wait=True)

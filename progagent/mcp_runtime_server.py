@@ -454,8 +454,8 @@ def servers_builder(specs: list, *, workspace: str, direct_tools: bool, namespac
   (progagent.mcp_servers.McpServerGroup, each server sandboxed; not started) and the kernel, sharing one capped
   workspace folder, and returns the Session once the kernel has the servers' tools (namespaced on a clash);
   start_servers() starts the servers on a thread, once build() has made the group. main() runs build() on a
-  thread of its own and calls start_servers() after importing the MCP SDK (which two threads must not import
-  at once), so that the kernel, the SDK's import and the servers' start overlap."""
+  thread of its own and calls start_servers() at once, so that the kernel's start, the servers' and the import
+  of the SDK's client (on the servers' loop thread) overlap."""
   import threading
   made = threading.Event()
   box: dict = {}
@@ -724,15 +724,17 @@ def main(argv: list[str] | None = None) -> None:
   early = None
   try:
     if start_servers is not None:
-      # The kernel starts now, while this thread imports the MCP SDK (0.5-1 s of the cold start); then the
-      # servers start (their client needs the SDK too). build() runs on a thread of its own and serve() waits
-      # for it. Nothing of ours writes to fd 1 meanwhile (the servers' and the kernel's output go to pipes and
-      # logs), so the MCP stream stays clean.
+      # Everything starts at once: build() (on a thread of its own) launches the kernel; the servers' processes
+      # are spawned by the group's loop thread, which then imports the MCP SDK's client (0.5-1 s of the cold
+      # start) while they boot. This thread imports the SDK only once build() is done: two threads must not
+      # import it at once (its modules import each other). Nothing of ours writes to fd 1 meanwhile (the
+      # servers' and the kernel's output go to pipes and logs), so the MCP stream stays clean.
       import concurrent.futures
       early = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-runtime-build").submit(build)
       build = early.result
-      _import_sdk()
       start_servers()
+      concurrent.futures.wait([early])
+      _import_sdk()
     import anyio
     anyio.run(serve, build)
   finally:

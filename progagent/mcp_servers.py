@@ -337,9 +337,8 @@ class McpServerGroup:
     call_timeout_s: seconds one tool call may take (a server that does not answer is killed: 'timeout').
     background: start the servers on a thread and return at once; tools() and call_tool() wait for them
       (so that a kernel can start meanwhile: progagent.runtime reads tools() right before its prelude).
-    start: False: start nothing yet; start() does (tools() and call_tool() wait for it). The runtime server
-      makes the group and the kernel on one thread while it imports the MCP SDK on another, then starts the
-      servers: the SDK must not be imported by two threads at once (its modules import each other).
+    start: False: start nothing yet; start() does (tools() and call_tool() wait for it): the runtime server
+      makes the group (and hands it to the kernel) on one thread and starts it from another.
   Raises:
     McpServerError: a command cannot be resolved; with background=False also a server that did not start or
       clashing names (with background=True these are raised by tools() / call_tool()).

@@ -37,7 +37,9 @@ the command came from (`flag`) and the server:
     /usr/local/bin:/usr/bin:/bin), or taken as given when absolute.
   * Every argument (and the program) that is an absolute host path that exists, outside the folders every
     sandbox mounts (/usr, the Python environment) and outside the workspace, is mounted read-only at the same
-    path: a server's script, a data folder. These and the workspace are the only folders a server is given.
+    path: a server's script, a data folder. These and the workspace are the only folders a server is given;
+    they must be readable by the sandbox user (uid 65534). Other arguments are passed as they are: a relative
+    path is relative to the server's working folder, /workspace (give a script's absolute path).
 
 Sandbox (common.sandbox, README "Security"): each server runs in its own bubblewrap sandbox with the cgroup
 limits of the SandboxConfig, no network, as uid 65534, with the workspace at /workspace (read-write: the
@@ -262,6 +264,8 @@ def resolve_command(spec: McpServerSpec, *, workspace: str, sandboxed: bool = Tr
     argv[0] = found
   elif not os.path.exists(prog):
     raise McpServerError(f"{spec.source!r}: the {what}'s program {prog!r} does not exist")
+  else:
+    argv[0] = os.path.abspath(prog)
   out, ro = [argv[0]], []
   if os.path.isabs(argv[0]) and not _mounted_by_default(argv[0]):
     ro.append(argv[0])

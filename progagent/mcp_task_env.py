@@ -387,6 +387,13 @@ class McpTaskEnv(ToolEnv):
     return tuple(out)
 
 
+def config_task_ids(mcp_config: Any) -> list[str]:
+  """The task ids of config `env.mcp.tasks_file`, in file order: what the trainer's rollouts and its evaluation
+  stage take with `env.mcp.servers` set (progagent.train.run_eval(config, policy, params, config_task_ids(
+  config.env.mcp), workdir): make_pool then builds McpTaskEnv workers, the reward is the evaluator's verdict)."""
+  return [t.task_id for t in load_tasks(str(mcp_config.tasks_file))]
+
+
 def from_config(mcp_config: Any, *, sandbox: SandboxConfig | None = None) -> McpTaskEnv:
   """An McpTaskEnv from a trainer's config `env.mcp` node (module docstring).
 

@@ -189,6 +189,41 @@ class McpTaskEnvTest(absltest.TestCase):
     finally:
       pool.close()
 
+  def test_trainer_rollouts_and_evaluation_summary(self):
+    """The trainer's rollout path (progagent.rollouts.run_rollouts over make_pool, as GSPO and the evaluation
+    stage run it) with a scripted policy: sample 0 writes the answer, sample 1 does nothing; the evaluator's
+    verdicts give pass@1 = 0.5 in evaluation.summarize."""
+    from common.rollout import ScriptedPolicy
+    from common.trajectory import ByteTokenizer
+    from configs import progagent as cfg_lib
+    from progagent import evaluation
+    from progagent import rollouts
+    c = cfg_lib.get_config("smoke")
+    c.mode = "dtc"
+    c.gspo.rollouts_per_task = 2
+    c.env.max_turns = 3
+    c.env.max_context_tokens = 8000
+    c.env.max_response_tokens = 400
+    c.env.mcp.servers = (f"a=python {FIXTURE}",)
+    c.env.mcp.tasks_file = self.tasks_file
+    c.env.mcp.evaluator = self.evaluator
+    self.assertEqual(mte.config_task_ids(c.env.mcp), ["upper"])
+
+    def script(r):
+      if r.sample == 0 and r.turn == 0:
+        return json.dumps({"name": "write", "arguments": {"path": "/workspace/b.txt", "text": "HELLO!"}})
+      return "Done."
+
+    tok = ByteTokenizer()
+    pool = rollouts.make_pool(c, 2)
+    try:
+      trajs = rollouts.run_rollouts(pool, ScriptedPolicy(script, tok), tok, ["upper@v0"], config=c, seed=5)
+    finally:
+      pool.close()
+    self.assertEqual(sorted((t.sample, t.reward) for t in trajs), [(0, 1.0), (1, 0.0)])
+    level = evaluation.summarize(trajs, ks=(1,), resamples=200)[0]
+    self.assertEqual((level["pass@1"], level["units"], level["episodes"]), (0.5, 1, 2))
+
 
 if __name__ == "__main__":
   absltest.main()

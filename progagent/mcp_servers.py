@@ -76,7 +76,7 @@ import shlex
 import shutil
 import sys
 import time
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
 from common import sandbox_fs
 from common import sandbox_guard

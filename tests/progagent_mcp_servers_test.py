@@ -17,7 +17,6 @@ import psutil
 from absl.testing import absltest
 
 import procs
-from common.sandbox import SandboxConfig
 from progagent import mcp_servers as ms
 from progagent.evaluator import Evaluator
 
@@ -107,7 +106,6 @@ class GroupTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.before = descendants()
     cls.ws = tempfile.mkdtemp(prefix="pa-mcp-ws-")
     os.chmod(cls.ws, 0o755)
     with open(os.path.join(cls.ws, "notes.txt"), "w") as f:

@@ -7,8 +7,10 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 # bubblewrap: the environment sandbox; default-jre-headless: ScienceWorld's simulator (Java);
 # git: the git tasks served by mcp-server-git; util-linux (setpriv) and libseccomp2: the sandbox drops to an
-# unprivileged uid and installs a seccomp filter.
+# unprivileged uid and installs a seccomp filter. node (and npm) run the npm-published MCP servers behind ProgAgent's
+# runtime (progagent/mcp_servers.py); Debian's nodejs (18) is taken only when no node is installed already.
 APT_PKGS="python3-venv bubblewrap default-jre-headless git util-linux libseccomp2 cmake g++ make"
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || APT_PKGS="$APT_PKGS nodejs npm"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -35,4 +37,12 @@ PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-deps --no-bu
 # transformers' own GGUF loader needs (the GGUF parity test).
 .venv/bin/python -m pip install -q torch==2.13.0
 .venv/bin/python -m pip install -q accelerate==1.16.0
+# MCP servers from npm, installed where the sandbox can read them (the venv is mounted read-only in every sandbox)
+# and where `npx -y PACKAGE` commands of `--mcp-server` find them: the sandbox has no network, so npx cannot fetch
+# (progagent/mcp_servers.py NODE_PREFIX). Pinned; reinstalled only when the version differs.
+MCP_NODE=.venv/mcp-node
+FS_SERVER=@modelcontextprotocol/server-filesystem@2026.8.31
+if ! grep -qs '"version": "2026.8.31"' "$MCP_NODE/lib/node_modules/@modelcontextprotocol/server-filesystem/package.json"; then
+  npm install -g -q --prefix "$MCP_NODE" --no-audit --no-fund "$FS_SERVER"
+fi
 echo "setup done: activate with 'source .venv/bin/activate'"

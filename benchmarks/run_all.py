@@ -21,6 +21,7 @@ BENCHMARKS = {
     "lm": "benchmarks.lm_bench",
     "progagent": "benchmarks.progagent_bench",
     "progagent_model": "benchmarks.progagent_model_bench",
+    "mcp_cold_start": "benchmarks.mcp_cold_start",
     "chat": "benchmarks.chat_bench",
 }
 

@@ -277,6 +277,39 @@ class CappedDir:
                        f"{self.limits[1]}={self.max_files}): raise them or empty the folder") from None
       raise
 
+  def restage(self, src: str | None = None) -> None:
+    """Empties the capped folder and copies the host folder `src` into it (None: leaves it empty), as at
+    start with keep=True: owned by uid/gid, modes kept, no link followed (links are copied as links).
+
+    For a folder that several sandboxes keep bound across episodes (ProgAgent's MCP servers started once,
+    progagent.mcp_servers): each episode starts from `src` without remounting. What is written back at
+    close (keep=True) is then compared with `src`'s owners and modes.
+
+    Raises:
+      CapError: `src` holds more than the budget (the folder is left empty), or `src` is a link.
+      RuntimeError: the folder is closed.
+    """
+    if self._fd is None:
+      raise RuntimeError(f"{self.path}: the capped folder is closed")
+    for name in os.listdir(self._fd):
+      _remove(self._fd, name)
+    self._record = {k: v for k, v in self._record.items() if k == "."}
+    if src is None:
+      return
+    if os.path.islink(src):
+      raise CapError(f"{src} is a symbolic link (to {os.readlink(src)!r}): pass the real folder, "
+                     f"{os.path.realpath(src)}")
+    sfd = os.open(src, _DIR)
+    try:
+      self._copy_in(sfd, self._fd, "")
+    except BaseException:
+      for name in os.listdir(self._fd):
+        _remove(self._fd, name)
+      self._record = {k: v for k, v in self._record.items() if k == "."}
+      raise
+    finally:
+      os.close(sfd)
+
   def write_back_size(self) -> tuple[int, int]:
     """(bytes, entries) that `close()` would leave in the folder: each regular file at its full size (a
     sparse file's holes count, each hard link counts on its own), each link its target's length; each

@@ -9,10 +9,14 @@ kernel (where the project's packages are not mounted), so the rules below run id
 the host.
 
 Result -> Python value (`decode_result`), after the error rule below has found no error:
-  1. structuredContent, when present; a dict whose only key is "result" is unwrapped (the MCP SDKs
-     wrap non-object outputs that way);
-  2. else the content: no item -> None; one text item -> decoded text; several items -> a list of
-     them (text items decoded, other items such as images as their wire dicts);
+  1. structuredContent, when present, as data: the dict the tool's outputSchema describes (a filesystem
+     server's read_text_file gives {"content": "..."}), never re-parsed; a dict whose only key is "result"
+     is unwrapped (the MCP SDKs wrap non-object outputs that way). Other single-key objects are kept whole,
+     so that the value is the shape the model is shown: describe_tools writes a tool's outputSchema as
+     `name(args) -> {content: string}` (describe_schema) in the program tool's description and in each
+     `tools[...]` function's docstring;
+  2. else the content (a server that returns text only): no item -> None; one text item -> decoded text;
+     several items -> a list of them (text items decoded, other items such as images as their wire dicts);
   3. a text is decoded as JSON; if that fails, with `ast.literal_eval` (servers that answer with
      Python reprs: single quotes, tuples, True/None); if that fails too, the raw string.
 
@@ -329,8 +333,47 @@ def refused_text(problem: str) -> str:
   return f"Error: the tool call was not run: {problem}."
 
 
+MAX_SCHEMA_CHARS = 400
+
+
+def describe_schema(schema: Any, *, depth: int = 0) -> str:
+  """A JSON Schema as a short type expression: 'string', 'list[number]', "'a'|'b'", '{name: string, n?: integer}'.
+
+  Objects list their properties (optional ones marked '?'; nested objects to depth 3, deeper ones 'object');
+  arrays their item type; enums their values; anyOf / oneOf alternatives joined by '|'; anything else 'any'.
+  Used for tools' output schemas (outputSchema) in the descriptions a model reads (describe_tools); cut to
+  MAX_SCHEMA_CHARS characters (a '...' marks the cut).
+  """
+  if not isinstance(schema, Mapping):
+    return "any"
+  if "enum" in schema and isinstance(schema["enum"], list):
+    return "|".join(json.dumps(v) for v in schema["enum"][:8]) + ("|..." if len(schema["enum"]) > 8 else "")
+  alts = schema.get("anyOf") or schema.get("oneOf")
+  if isinstance(alts, list) and alts:
+    return "|".join(describe_schema(a, depth=depth) for a in alts)
+  ty = schema.get("type")
+  if isinstance(ty, list):
+    return "|".join(describe_schema(dict(schema, type=t), depth=depth) for t in ty)
+  if ty == "array":
+    return f"list[{describe_schema(schema.get('items'), depth=depth + 1)}]"
+  if ty == "object" or (ty is None and isinstance(schema.get("properties"), Mapping)):
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or not props or depth >= 3:
+      return "object"
+    req = set(schema.get("required") or ())
+    parts = [f"{k}{'' if k in req else '?'}: {describe_schema(v, depth=depth + 1)}" for k, v in props.items()]
+    text = "{" + ", ".join(parts) + "}"
+  else:
+    text = ty if isinstance(ty, str) else "any"
+  return text if len(text) <= MAX_SCHEMA_CHARS else text[:MAX_SCHEMA_CHARS - 3] + "..."
+
+
 def describe_tools(tool_list: list[dict]) -> str:
-  """One line per tool, `name(arg: type, opt?: type) - description`, for prompts and reprs."""
+  """One line per tool, `name(arg: type, opt?: type) -> output - description`, for prompts and reprs.
+
+  `-> output` (describe_schema of the tool's outputSchema) appears only for a tool that declares one: what a
+  program's call returns then (decode_result: the structured content, a dict of that shape).
+  """
   lines = []
   for t in tool_list:
     schema = t.get("inputSchema") or {}
@@ -341,7 +384,9 @@ def describe_tools(tool_list: list[dict]) -> str:
       ty = v.get("type", "any") if isinstance(v, Mapping) else "any"
       args.append(f"{k}{'' if k in req else '?'}: {ty if isinstance(ty, str) else '|'.join(ty)}")
     desc = " ".join(str(t.get("description") or "").split())
-    lines.append(f"{t['name']}({', '.join(args)})" + (f" - {desc}" if desc else ""))
+    out = t.get("outputSchema")
+    ret = f" -> {describe_schema(out)}" if isinstance(out, Mapping) and out else ""
+    lines.append(f"{t['name']}({', '.join(args)}){ret}" + (f" - {desc}" if desc else ""))
   return "\n".join(lines)
 
 

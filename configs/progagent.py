@@ -79,9 +79,15 @@ def default_config() -> ml_collections.ConfigDict:
   # tool calls may store on the host (database rows, call counters; progagent.task_env), past it a call fails.
   # backend: 'local' (the ProgEnv workers in this process) or 'ray' (each built by a Ray actor on a node of the
   # cluster at ray_address: 'HOST:PORT', 'auto', '' = Ray's default; progagent.rollouts.make_pool)
+  # mcp: tasks over external MCP servers instead of the task library (progagent.mcp_task_env): servers, a tuple of
+  # 'NAME=COMMAND' (empty: the library); tasks_file, JSON lines {task_id, instruction, workspace, groundtruth,
+  # evaluator}; evaluator, the default verdict command ({workspace}, {groundtruth}; exit 0 = reward 1);
+  # reuse_servers, servers kept across episodes (the others restart at each reset); namespace 'clash' | 'always'.
   c.env = dict(scales=(0, 1, 2, 3), scale_weights=(), seed=0, vary_seed=True, max_turns=16,
                max_context_tokens=32768, max_response_tokens=4096, max_observation_chars=tool_wire.MAX_OUTPUT_CHARS,
-               normalize_errors=False, max_state_bytes=32 * 1024 ** 2, backend="local", ray_address="")
+               normalize_errors=False, max_state_bytes=32 * 1024 ** 2, backend="local", ray_address="",
+               mcp=dict(servers=(), tasks_file="", evaluator="", evaluator_timeout_s=600.0, reuse_servers=(),
+                        namespace="clash", max_steps=200))
   c.model = schema.model_config(dtype="bfloat16")
   c.chat = dict(format="auto", enable_thinking=False)   # format: 'auto' | 'qwen' | 'llama3' | 'fallback'
   c.lengths = dict(buckets=())    # padded lengths used for training and sampling; () = powers of two

@@ -95,7 +95,9 @@ def make_runtime(kind: str, env: Any, **kwargs: Any) -> Any:
 
   kind 'inprocess': InProcessRuntime over env.call_tool. kind 'kernel': the sandboxed persistent IPython
   kernel of progagent.runtime (ProgramRuntime(env, workspace_dir=env.workspace_dir)): its tools are
-  proxied to env.call_tool, and of the episode's state it sees the workspace only (as /workspace).
+  proxied to env.call_tool, and of the episode's state it sees the workspace only (as /workspace); an env
+  whose workspace other sandboxes share (McpTaskEnv's MCP servers) gives its capped folder as
+  `env.workspace_cap`, which the kernel then binds instead of mounting its own.
   kwargs go to the runtime (max_output_chars, truncation; for the kernel also timeout_s, sandbox, ...).
 
   Raises:
@@ -106,4 +108,5 @@ def make_runtime(kind: str, env: Any, **kwargs: Any) -> Any:
   if kind == "inprocess":
     return InProcessRuntime(env.call_tool, env.tools(), **kwargs)
   from progagent import runtime as runtime_lib  # the sandboxed kernel runtime (imported only when asked for)
-  return runtime_lib.ProgramRuntime(env, workspace_dir=str(env.workspace_dir), **kwargs)
+  return runtime_lib.ProgramRuntime(env, workspace_dir=str(env.workspace_dir),
+                                    workspace_cap=getattr(env, "workspace_cap", None), **kwargs)

@@ -97,15 +97,16 @@ def load_note() -> str:
     return f"{os.cpu_count()} CPUs"
 
 
-def strip_project_mounts(argv: list[str]) -> list[str]:
+def strip_project_mounts(argv: list[str], keep: tuple[str, ...] = ()) -> list[str]:
   """Drops the sandbox's read-only mounts of the project's own packages (verifiers, oracles...).
 
-  Keeps the Python environment (sys.prefix, which may live under the project root) and everything
-  outside the project root. The tmpfs common.sandbox mounts over a checkout under /tmp becomes a plain
-  folder (0755, the parent of a Python environment kept inside it).
+  Keeps the Python environment (sys.prefix, which may live under the project root), the paths in `keep`
+  (and what lies beneath them: files a caller mounts on purpose, e.g. an MCP server's script) and
+  everything outside the project root. The tmpfs common.sandbox mounts over a checkout under /tmp becomes
+  a plain folder (0755, the parent of a Python environment kept inside it).
   """
   root = str(_PROJECT_ROOT)
-  keep_prefixes = {os.path.realpath(sys.prefix), sys.prefix}
+  keep_prefixes = {os.path.realpath(sys.prefix), sys.prefix} | {os.path.abspath(p) for p in keep}
   out = []
   i = 0
   while i < len(argv):
@@ -458,7 +459,7 @@ def _prelude_code(socket_inside: str, tool_list: list[dict]) -> str:
 
 
 def start_kernel(*, name: str, kernel_dir: str, inside_dir: str, workspace_dir: str, scratch_dir: str,
-                 sandbox_config: SandboxConfig, tool_list: list[dict], start_timeout_s: float,
+                 sandbox_config: SandboxConfig, tool_list: "list[dict] | Any", start_timeout_s: float,
                  scale: float, workspace_cap: sandbox_fs.CappedDir | None = None,
                  scratch_cap: sandbox_fs.CappedDir | None = None) -> Kernel:
   """Launches one kernel and loads the prelude (call from the runtime's spawner thread).
@@ -473,7 +474,8 @@ def start_kernel(*, name: str, kernel_dir: str, inside_dir: str, workspace_dir: 
     workspace_cap, scratch_cap: their size-capped tmpfs (common.sandbox_fs; the runtime's, kept across
       kernels); None with a sandbox: the sandbox caps the workspace itself and /tmp is a fresh tmpfs.
     sandbox_config: limits and isolation.
-    tool_list: the tools bound as `tools`.
+    tool_list: the tools bound as `tools`, or a callable returning them, called once the kernel answers
+      (right before the prelude; so a tool backend can start while the kernel does).
     start_timeout_s: seconds allowed from launch to a ready prelude (already scaled).
     scale: wait_scale() of the runtime (per-attempt waits).
   Raises:
@@ -547,6 +549,8 @@ def start_kernel(*, name: str, kernel_dir: str, inside_dir: str, workspace_dir: 
     kernel.client = connect_client(host, uid)
     _wait_ready(kernel, deadline, start_timeout_s, scale)
     kernel.kernel_pid = _find_kernel_pid(proc.pid)
+    if callable(tool_list):
+      tool_list = tool_list()
     buf = tool_wire.OutputBuffer(_LOG_TAIL_CHARS)
     left = max(deadline - time.monotonic(), 10.0 * scale)
     status, err, _ = execute(kernel, _prelude_code(f"{inside_dir}/tools.sock", tool_list), left, buf,

@@ -4,6 +4,9 @@
       [--verdict-file PATH] [--workdir DIR] [--timeout-s 120] [--max-output-chars 50000] [--no-sandbox]
   python -m progagent.mcp_runtime_server --tools-factory MODULE:CALLABLE [--kwargs JSON] [--direct-tools]
       [--workspace DIR] [--timeout-s 120] [--max-output-chars 50000] [--no-sandbox]
+  python -m progagent.mcp_runtime_server --mcp-server NAME=COMMAND [--mcp-server NAME=COMMAND ...]
+      [--workspace DIR] [--evaluator COMMAND [--groundtruth DIR]] [--verdict-file PATH]
+      [--instruction-file PATH] [--namespace clash|always] [--direct-tools] [--timeout-s 120] [--no-sandbox]
   python -m progagent.mcp_runtime_server --list-tasks
 
 `--task` serves one episode of a task of the ProgAgent library (progagent.tasks.task_ids(), e.g.
@@ -21,6 +24,28 @@ ready to use: the server does not reset it (a "step() before reset" error then n
 The backend is built in this server process, which is not sandboxed (it starts the sandbox); only the
 programs run inside it. To keep the environment's own code sandboxed too, let the factory return a
 common.env_client.EnvClient.
+
+`--mcp-server NAME=COMMAND` (repeatable) puts any stdio MCP servers behind the runtime: e.g.
+  --mcp-server 'fs=npx -y @modelcontextprotocol/server-filesystem {workspace}' --workspace ./ws
+Each server runs in its own sandbox with only the workspace (at /workspace, read-write) and the paths its command
+names (read-only); the programs' `tools` are the servers' tools, namespaced `<server>__<tool>` when two servers
+offer the same name (`--namespace always`: every tool). The workspace (`--workspace DIR`, default a fresh
+temporary folder removed at exit) is one tmpfs shared by the kernel and every server, seen by all at /workspace:
+`{workspace}` and DIR itself in a command are translated to it, and the program tool's description tells the
+model that path (tool_description). It is written back to DIR at exit. The servers and the kernel start at the
+same time (the servers on a thread; the kernel reads their tool list right before its prelude), so the runtime
+adds about a kernel's start to the servers' own (benchmarks/mcp_cold_start.py). Command resolution, sandbox and
+naming rules: progagent/mcp_servers.py. A command that cannot run (no '=', a bad name, an unknown program, an npm
+package not installed) is refused before anything starts, naming --mcp-server (exit status 2).
+`--evaluator COMMAND` runs once the episode is over (stdin closed, or SIGTERM), after the kernel and the servers
+have stopped, in a sandbox of its own with the workspace read-only at {workspace} and `--groundtruth DIR` at
+{groundtruth} (progagent/evaluator.py); its verdict {passed, reward, exit_code, timed_out, seconds, output, ...}
+goes to the verdict file only, under `evaluator` (reward = 1 when it exits 0): never to a tool result or a
+description. Without --evaluator the record says done: true, reward: null. The end of an episode (kernel and
+servers stopped, the evaluator run, the workspace written back) takes well under a second plus the evaluator's
+own time; a SIGTERM that arrives meanwhile does not cut it short (the MCP SDK's stdio client sends one 2 s after
+closing stdin, and SIGKILL 2 s later: an evaluator that needs longer needs a host that waits).
+`--instruction-file` serves a task text as the resource and prompt below.
 
 Tools offered: `programmatic_tool_call`; with `--direct-tools` also the backend's own tools (DTC / Hybrid
 over MCP: for a task, each call is one env.step({'name', 'arguments'}), answered with its observation text,
@@ -69,6 +94,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from typing import Any, Callable
 
 from common import io, sandbox_guard, tool_wire
@@ -87,8 +113,24 @@ NOT_RESET_HINT = ("The tool backend built by --tools-factory was never reset. Se
 _log = logging.getLogger("progagent.mcp_runtime_server")
 
 
-def tool_description(tool_list: list[dict], *, timeout_s: float, max_output_chars: int) -> str:
-  """The description of `programmatic_tool_call`, listing the tools a program can call."""
+WORKSPACE = "/workspace"
+SHARED_PATH_NOTE = (" The tools' servers see the same files at the same path: pass them paths under {workspace}. "
+                    "A tool listed with '-> {{...}}' returns a dict of that shape.")
+
+
+def tool_description(tool_list: list[dict], *, timeout_s: float, max_output_chars: int,
+                     workspace: str = WORKSPACE, shared_path: bool = False) -> str:
+  """The description of `programmatic_tool_call`, listing the tools a program can call.
+
+  Args:
+    tool_list: the tools' MCP entries; each is one line of common.tool_wire.describe_tools (with
+      `-> output` for a tool that declares an outputSchema: what its call returns in a program).
+    timeout_s, max_output_chars: the runtime's limits, as announced.
+    workspace: the workspace path programs use (/workspace in the sandbox; the host folder without one).
+    shared_path: add SHARED_PATH_NOTE (tools served by MCP servers that share the workspace,
+      progagent.mcp_servers): the model is told that servers take the same paths.
+  """
+  note = SHARED_PATH_NOTE.format(workspace=workspace) if shared_path else ""
   return (
       "Run a Python program in a persistent sandboxed interpreter (variables, imports and functions "
       "survive between calls). Call tools as tools[\"name\"](arg=value, ...); they return Python "
@@ -96,17 +138,19 @@ def tool_description(tool_list: list[dict], *, timeout_s: float, max_output_char
       "and try/except are allowed. Only what the program prints (and the value of a final "
       f"expression) is returned, cut to {max_output_chars} characters. Each call may run "
       f"{timeout_s:g} s. input() is not available; there is no network. Files live in "
-      "/workspace.\nAvailable tools:\n" + tool_wire.describe_tools(tool_list))
+      f"{workspace}.{note}\nAvailable tools:\n" + tool_wire.describe_tools(tool_list))
 
 
 CODE_SCHEMA = {"type": "object", "properties": {"code": {
     "type": "string", "description": "Python source to run"}}, "required": ["code"]}
 
 
-def program_tool(tool_list: list[dict], *, timeout_s: float, max_output_chars: int) -> dict:
-  """The MCP tools/list entry of `programmatic_tool_call` {name, description, inputSchema}."""
+def program_tool(tool_list: list[dict], *, timeout_s: float, max_output_chars: int, workspace: str = WORKSPACE,
+                 shared_path: bool = False) -> dict:
+  """The MCP tools/list entry of `programmatic_tool_call` {name, description, inputSchema} (tool_description)."""
   return {"name": TOOL_NAME, "inputSchema": CODE_SCHEMA,
-          "description": tool_description(tool_list, timeout_s=timeout_s, max_output_chars=max_output_chars)}
+          "description": tool_description(tool_list, timeout_s=timeout_s, max_output_chars=max_output_chars,
+                                          workspace=workspace, shared_path=shared_path)}
 
 
 def result_payload(res: Any) -> tuple[str, dict, bool]:
@@ -147,23 +191,27 @@ class Verdict:
   def __init__(self, task_id: str | None, level: int | None, seed: int, path: str | None = None):
     self.task_id, self.level, self.seed, self.path = task_id, level, int(seed), path
     self.done = False
-    self.reward = 0.0
+    self.reward: float | None = 0.0
     self.counts: dict = {"tool_calls": 0, "tool_errors": 0}
+    self.extra: dict = {}
     self.written = False
 
   def as_dict(self) -> dict:
     return dict({"done": self.done, "reward": self.reward, "task_id": self.task_id, "level": self.level,
-                 "seed": self.seed}, **self.counts)
+                 "seed": self.seed}, **self.counts, **self.extra)
 
   def update(self, counts: dict) -> None:
     if not self.done:
       self.counts = dict(counts)
 
-  def end(self, reward: float, counts: dict) -> None:
+  def end(self, reward: float | None, counts: dict, **extra: Any) -> None:
+    """Fixes the record: done, `reward` (None: no verdict, e.g. MCP servers without --evaluator), the counts,
+    and `extra` entries (e.g. evaluator=...); writes the file."""
     if self.done:
       return
     self.counts = dict(counts)
-    self.done, self.reward = True, float(reward)
+    self.extra.update(extra)
+    self.done, self.reward = True, None if reward is None else float(reward)
     self._write()
 
   def at_exit(self) -> None:
@@ -207,7 +255,8 @@ class Session:
   """
 
   def __init__(self, backend: Any, runtime: Any, *, direct_tools: bool = False, task_env: Any = None,
-               instruction: str | None = None, verdict: Verdict | None = None):
+               instruction: str | None = None, verdict: Verdict | None = None, workspace: str = WORKSPACE,
+               shared_path: bool = False):
     from progagent import tool_proxy
     self.backend = tool_proxy.as_backend(backend)
     self.runtime = runtime
@@ -215,7 +264,8 @@ class Session:
     self.instruction = instruction
     self.verdict = verdict
     program = program_tool(runtime.tool_list, timeout_s=runtime.timeout_s,
-                           max_output_chars=runtime.max_output_chars)
+                           max_output_chars=runtime.max_output_chars, workspace=workspace,
+                           shared_path=shared_path)
     self.direct = [_entry(t) for t in self.backend.tools()] if direct_tools else []
     if any(t["name"] == TOOL_NAME for t in self.direct):
       raise ValueError(f"the backend has a tool named {TOOL_NAME!r}, which --direct-tools cannot offer too")
@@ -262,10 +312,7 @@ class Session:
     except Exception as e:  # the backend raised: reported, the server lives on
       _log.exception("tool %s failed", name)
       return f"Error: {type(e).__name__}: {e}", None, True
-    text = "\n".join(c.get("text", "") for c in wire.get("content") or [] if c.get("type") == "text")
-    is_error = bool(wire.get("isError")) or tool_wire.error_message(wire) is not None
-    structured = wire.get("structuredContent")
-    return text, structured if isinstance(structured, dict) else None, is_error
+    return direct_answer(wire)
 
   def _settle(self, reward: float | None) -> None:
     """Records the verdict once the episode is over (R = env.verify() unless the step reported it)."""
@@ -284,9 +331,28 @@ class Session:
     return structured or None
 
 
+def direct_answer(wire: dict) -> tuple[str, dict | None, bool]:
+  """A backend's result (wire form) -> (text, structured, is_error) of a direct tool's MCP answer.
+
+  The text is progagent.mcp_servers.result_text (the result's text content, what MCP hosts show a model; the
+  structured content as JSON when there is no text). The structured content is forwarded as it came (it
+  matches the tool's outputSchema, which the tool is listed with).
+  """
+  from progagent import mcp_servers
+  text = mcp_servers.result_text(wire)
+  structured = wire.get("structuredContent")
+  is_error = bool(wire.get("isError")) or tool_wire.error_message(wire) is not None
+  return text, structured if isinstance(structured, dict) else None, is_error
+
+
 def _entry(t: dict) -> dict:
+  """A backend's tool as a direct tool of this server: name, description, inputSchema and, when the tool has
+  one, outputSchema."""
   schema = t.get("inputSchema", t.get("input_schema")) or {"type": "object"}
-  return {"name": t["name"], "description": t.get("description", ""), "inputSchema": schema}
+  out = {"name": t["name"], "description": t.get("description", ""), "inputSchema": schema}
+  if isinstance(t.get("outputSchema"), dict):
+    out["outputSchema"] = t["outputSchema"]
+  return out
 
 
 def task_builder(task_id: str, level: int, seed: int, *, workdir: str, direct_tools: bool, verdict: Verdict,
@@ -338,8 +404,102 @@ def factory_builder(factory: str, kwargs: dict, seed: int, *, workspace: str, wo
     wrapped = _ResetHint(backend) if hasattr(backend, "reset") else backend
     rt = ProgramRuntime(wrapped, workspace_dir=workspace, **runtime_kwargs)
     holder.append(rt)
-    return Session(wrapped, rt, direct_tools=direct_tools)
+    inside = WORKSPACE if runtime_kwargs["sandbox"].enabled else os.path.abspath(workspace)
+    return Session(wrapped, rt, direct_tools=direct_tools, workspace=inside)
   return build
+
+
+class ServersEpisode:
+  """The end of an --mcp-server episode (closed after the runtime and the servers): runs the evaluator on the
+  workspace (still mounted), fixes the verdict, then writes the workspace back (to --workspace) and unmounts it.
+
+  The evaluator's verdict (progagent.evaluator) goes to the verdict file only, under `evaluator`; reward is its
+  reward (None without an evaluator); tool_calls / tool_errors count the calls routed to the servers (programs'
+  and direct ones).
+  """
+
+  def __init__(self, verdict: Verdict, *, cap: Any = None, evaluator: Any = None, groundtruth: str | None = None,
+               workspace: str):
+    self.verdict, self.cap, self.evaluator, self.groundtruth = verdict, cap, evaluator, groundtruth
+    self.workspace = workspace
+    self.group: Any = None
+    self.served = False  # set once the session is built: a server that never started ends no episode
+
+  def close(self) -> None:
+    try:
+      if not self.served:
+        return
+      counts = self.group.counts() if self.group is not None else {"tool_calls": 0, "tool_errors": 0}
+      if self.evaluator is None:
+        self.verdict.end(None, counts)
+        return
+      try:
+        result = self.evaluator.run(self.cap if self.cap is not None else self.workspace, self.groundtruth)
+      except Exception as e:  # the evaluator could not run: a failed verdict that says why
+        _log.exception("the evaluator could not run")
+        result = {"passed": False, "reward": 0.0, "error": f"{type(e).__name__}: {e}"}
+      _log.info("evaluator: passed %s (exit code %s, %.1f s)", result.get("passed"), result.get("exit_code"),
+                result.get("seconds", 0.0))
+      self.verdict.end(result["reward"], counts, evaluator=result)
+    finally:
+      if self.cap is not None:
+        self.cap.close()
+
+
+def servers_builder(specs: list, *, workspace: str, direct_tools: bool, namespace: str, verdict: Verdict,
+                    holder: list, evaluator: Any = None, groundtruth: str | None = None,
+                    instruction: str | None = None,
+                    **runtime_kwargs: Any) -> tuple[Callable[[], Session], Callable[[], None]]:
+  """(build, start_servers) of --mcp-server. build() makes the servers' group
+  (progagent.mcp_servers.McpServerGroup, each server sandboxed; not started) and the kernel, sharing one capped
+  workspace folder, and returns the Session once the kernel has the servers' tools (namespaced on a clash);
+  start_servers() starts the servers on a thread, once build() has made the group. main() runs build() on a
+  thread of its own and calls start_servers() at once, so that the kernel's start, the servers' and the import
+  of the SDK's client (on the servers' loop thread) overlap."""
+  import threading
+  made = threading.Event()
+  box: dict = {}
+
+  def start_servers(abort: bool = False) -> None:
+    """Starts the group's servers once build() has made it; abort=True closes a group not started yet instead
+    (so that a build() waiting for the servers' tools returns, with an error)."""
+    made.wait()
+    group = box.pop("group", None)
+    if group is not None:
+      group.close() if abort else group.start(background=True)
+
+  def build() -> Session:
+    try:
+      return _build()
+    finally:
+      made.set()
+
+  def _build() -> Session:
+    from common import sandbox_fs
+    from progagent import mcp_servers
+    from progagent.runtime import ProgramRuntime
+    sandbox = runtime_kwargs["sandbox"]
+    cap = None
+    if sandbox.enabled:  # one tmpfs for the kernel and every server; written back to the folder at exit
+      cap = sandbox_fs.CappedDir(
+          workspace, "ws", max_bytes=sandbox.workspace_max_bytes, max_files=sandbox.workspace_max_files,
+          uid=sandbox.uid, gid=sandbox.gid, keep=True,
+          limits=("SandboxConfig.workspace_max_bytes", "SandboxConfig.workspace_max_files"))
+    episode = ServersEpisode(verdict, cap=cap, evaluator=evaluator, groundtruth=groundtruth, workspace=workspace)
+    holder.append(episode)
+    group = mcp_servers.McpServerGroup(specs, workspace=cap if cap is not None else workspace, sandbox=sandbox,
+                                       namespace=namespace, start=False)
+    holder.append(group)
+    episode.group = group
+    box["group"] = group
+    made.set()
+    rt = ProgramRuntime(group, workspace_dir=workspace, workspace_cap=cap, **runtime_kwargs)
+    holder.append(rt)
+    session = Session(group, rt, direct_tools=direct_tools, instruction=instruction,
+                      workspace=group.workspace_inside, shared_path=True)
+    episode.served = True
+    return session
+  return build, start_servers
 
 
 async def serve(build: Callable[[], Session]) -> None:
@@ -355,7 +515,8 @@ async def serve(build: Callable[[], Session]) -> None:
   lock = anyio.Lock()
   async with stdio_server() as (read_stream, write_stream):
     session = await anyio.to_thread.run_sync(build)
-    tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"])
+    tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"],
+                        output_schema=t.get("outputSchema"))
              for t in session.tool_specs]
 
     async def list_tools(ctx, params):
@@ -403,6 +564,18 @@ async def serve(build: Callable[[], Session]) -> None:
     await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+def _import_sdk() -> None:
+  """Imports the MCP SDK modules the server (serve) and the servers' client (common.mcp_process) use."""
+  import anyio  # noqa: F401
+  import anyio.to_thread  # noqa: F401
+  import mcp_types  # noqa: F401
+  from mcp.client.session import ClientSession  # noqa: F401
+  from mcp.server.lowlevel import Server  # noqa: F401
+  from mcp.server.stdio import stdio_server  # noqa: F401
+  from mcp.shared.exceptions import MCPError  # noqa: F401
+  from mcp.shared.message import SessionMessage  # noqa: F401
+
+
 def _close_all(holder: list) -> None:
   for obj in reversed(holder):
     try:
@@ -419,6 +592,9 @@ def main(argv: list[str] | None = None) -> None:
                     "'retail/pending_over_500')")
   what.add_argument("--tools-factory", help="MODULE:CALLABLE returning the tool backend")
   what.add_argument("--list-tasks", action="store_true", help="print the task ids and exit")
+  what.add_argument("--mcp-server", action="append", metavar="NAME=COMMAND",
+                    help="an MCP server (stdio command) whose tools the programs call; repeatable. E.g. "
+                    "'fs=npx -y @modelcontextprotocol/server-filesystem {workspace}' (progagent.mcp_servers)")
   p.add_argument("--level", type=int, default=None, help="--task's scale level 0..3 (default 0)")
   p.add_argument("--seed", type=int, default=0, help="episode seed (--task, or a ProgTaskEnv factory)")
   p.add_argument("--direct-tools", action="store_true",
@@ -432,6 +608,16 @@ def main(argv: list[str] | None = None) -> None:
   p.add_argument("--workspace", default=None,
                  help="--tools-factory: episode workspace directory (default: a fresh temporary one, removed "
                  "at exit)")
+  p.add_argument("--namespace", choices=("clash", "always"), default="clash",
+                 help="--mcp-server: prefix tool names with '<server>__' on a clash only (default) or always")
+  p.add_argument("--evaluator", default=None, metavar="COMMAND",
+                 help="--mcp-server: run COMMAND in a sandbox once the episode is over ({workspace}, {groundtruth} "
+                 "placeholders); its exit status (0 = pass) and output go to --verdict-file only")
+  p.add_argument("--groundtruth", default=None, metavar="DIR",
+                 help="--evaluator: the ground-truth folder ({groundtruth}, read-only at /groundtruth)")
+  p.add_argument("--instruction-file", default=None, metavar="PATH",
+                 help="--mcp-server: the task's instruction, served as resource task://instruction and prompt "
+                 "'task'")
   p.add_argument("--timeout-s", type=float, default=120.0, help="seconds per program")
   p.add_argument("--max-output-chars", type=int, default=50_000)
   p.add_argument("--no-sandbox", action="store_true",
@@ -444,7 +630,47 @@ def main(argv: list[str] | None = None) -> None:
     return
   logging.basicConfig(stream=sys.stderr, level=a.log_level,
                       format="%(asctime)s mcp_runtime_server %(levelname)s %(message)s")
-  if a.task is not None:
+  specs = None
+  if a.mcp_server is None and (a.evaluator is not None or a.groundtruth is not None or a.instruction_file is not None
+                               or a.namespace != "clash"):
+    p.error("--evaluator, --groundtruth, --instruction-file and --namespace go with --mcp-server")
+  if a.mcp_server is not None:
+    from progagent import mcp_servers
+    if a.level is not None or a.workdir is not None or a.kwargs != "{}":
+      p.error("--level, --workdir and --kwargs go with --task / --tools-factory; with --mcp-server the workspace "
+              "is --workspace")
+    try:
+      specs = mcp_servers.parse_servers(a.mcp_server)
+    except mcp_servers.McpServerError as e:
+      p.error(str(e))
+    if a.workspace is not None and not os.path.isdir(a.workspace):
+      p.error(f"--workspace {a.workspace!r} is not a folder")
+    try:
+      for spec in specs:  # resolved now, so that a command that cannot run is named before anything starts
+        mcp_servers.resolve_command(spec, workspace=a.workspace or "/nonexistent-workspace",
+                                    sandboxed=not a.no_sandbox)
+    except mcp_servers.McpServerError as e:
+      p.error(str(e))
+    evaluator = None
+    if a.evaluator is not None:
+      from progagent.evaluator import Evaluator
+      try:
+        evaluator = Evaluator(a.evaluator, sandbox=SandboxConfig(enabled=not a.no_sandbox))
+      except ValueError as e:
+        p.error(str(e))
+      if evaluator.needs_groundtruth and a.groundtruth is None:
+        p.error(f"--evaluator {a.evaluator!r} names {{groundtruth}}: give the folder with --groundtruth DIR")
+    if a.groundtruth is not None and not os.path.isdir(a.groundtruth):
+      p.error(f"--groundtruth {a.groundtruth!r} is not a folder")
+    instruction = None
+    if a.instruction_file is not None:
+      try:
+        with open(a.instruction_file, encoding="utf-8") as f:
+          instruction = f.read()
+      except OSError as e:
+        p.error(f"--instruction-file {a.instruction_file!r}: {e.strerror}")
+    task_id, level, kwargs = None, None, {}
+  elif a.task is not None:
     if a.workspace is not None or a.kwargs != "{}":
       p.error("--workspace and --kwargs go with --tools-factory; with --task the workspace is the episode's "
               "(see --workdir)")
@@ -467,13 +693,19 @@ def main(argv: list[str] | None = None) -> None:
     p.error(f"--verdict-file {a.verdict_file!r}: its directory does not exist")
   # <tmp>/agentrl-pws-<pid>-*: like the runtime's folder (agentrl-pa-<pid>-*) and the sandbox's cgroups
   # (agentrl-<pid>-*), removed by this process's reaper if it is SIGKILLed (common.sandbox_cgroup).
-  given = a.workdir if a.task is not None else a.workspace
+  given = a.workdir if a.task is not None else (os.path.abspath(a.workspace) if a.workspace else None)
   own_dir = given or sandbox_guard.owned_tempdir("pws")
   holder: list = []
   verdict = Verdict(task_id, level, a.seed, a.verdict_file)
   runtime_kwargs = dict(timeout_s=a.timeout_s, max_output_chars=a.max_output_chars,
                         sandbox=SandboxConfig(enabled=not a.no_sandbox))
-  if a.task is not None:
+  start_servers = None
+  if specs is not None:
+    build, start_servers = servers_builder(specs, workspace=own_dir, direct_tools=a.direct_tools, namespace=a.namespace,
+                            verdict=verdict, holder=holder, evaluator=evaluator,
+                            groundtruth=os.path.abspath(a.groundtruth) if a.groundtruth else None,
+                            instruction=instruction, **runtime_kwargs)
+  elif a.task is not None:
     build = task_builder(task_id, level, a.seed, workdir=own_dir, direct_tools=a.direct_tools, verdict=verdict,
                          holder=holder, **runtime_kwargs)
   else:
@@ -481,17 +713,38 @@ def main(argv: list[str] | None = None) -> None:
                             direct_tools=a.direct_tools, verdict=verdict, holder=holder, **runtime_kwargs)
 
   terminated: list[int] = []
+  closing: list[bool] = []
 
   def on_term(signum, frame):
     terminated.append(signum)
-    raise SystemExit(128 + signum)
+    if not closing:  # while serving: end it; once the episode is being closed (evaluator, write-back): finish
+      raise SystemExit(128 + signum)
 
   signal.signal(signal.SIGTERM, on_term)
-  import anyio
+  early = None
   try:
+    if start_servers is not None:
+      # Everything starts at once: build() (on a thread of its own) launches the kernel; the servers' processes
+      # are spawned by the group's loop thread, which then imports the MCP SDK's client (0.5-1 s of the cold
+      # start) while they boot. This thread imports the SDK only once build() is done: two threads must not
+      # import it at once (its modules import each other). Nothing of ours writes to fd 1 meanwhile (the
+      # servers' and the kernel's output go to pipes and logs), so the MCP stream stays clean.
+      import concurrent.futures
+      early = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mcp-runtime-build").submit(build)
+      build = early.result
+      start_servers()
+      concurrent.futures.wait([early])
+      _import_sdk()
+    import anyio
     anyio.run(serve, build)
   finally:
+    closing.append(True)
+    t_close = time.monotonic()
+    if early is not None:  # a start still under way (stdin closed, SIGTERM, an error): end it before closing
+      start_servers(abort=True)
+      concurrent.futures.wait([early])
     _close_all(holder)
+    _log.info("episode closed in %.2f s", time.monotonic() - t_close)
     verdict.at_exit()
     if given is None:
       shutil.rmtree(own_dir, ignore_errors=True)

@@ -63,8 +63,9 @@ class ProgEnv(ToolEnv):
   """One ProgAgent task episode for a harness mode (module docstring).
 
   Args:
-    env: a ProgTaskEnv to drive (not closed by close()); None: ProgEnv makes its own at reset(), one
-      per domain (a reset to another domain's task replaces it).
+    env: a ProgTaskEnv to drive (not closed by close() unless close_env), or any environment with its surface
+      (progagent.mcp_task_env.McpTaskEnv: tasks over external MCP servers); None: ProgEnv makes its own
+      ProgTaskEnv at reset(), one per domain (a reset to another domain's task replaces it).
     mode: 'ptc', 'dtc' or 'hybrid'.
     runtime: 'kernel' (sandboxed, progagent.runtime) or 'inprocess' (trusted programs only).
     scale, cache_dir, workdir, max_steps: the own ProgTaskEnv's (level 0..3; generated-state cache;
@@ -76,6 +77,10 @@ class ProgEnv(ToolEnv):
     normalize_errors: the own ProgTaskEnv's error normalisation (progagent.task_env; config
       `env.normalize_errors`).
     max_state_bytes: the own ProgTaskEnv's host-state budget per episode (bytes; config `env.max_state_bytes`).
+    close_env: close() closes a given `env` too (e.g. an McpTaskEnv built for this ProgEnv by a pool's factory).
+  The program tool's description names the workspace path the environment gives (`env.workspace_inside`,
+  default /workspace) and, for an environment whose tools are MCP servers sharing that path
+  (`env.shared_workspace`), says so (progagent.mcp_runtime_server.tool_description).
   Raises:
     ValueError: unknown mode or runtime.
   """
@@ -87,7 +92,7 @@ class ProgEnv(ToolEnv):
                max_steps: int = 20_000, timeout_s: float = 120.0,
                max_output_chars: int = tool_wire.MAX_OUTPUT_CHARS, sandbox: SandboxConfig | None = None,
                start_timeout_s: float | None = None, normalize_errors: bool = False,
-               max_state_bytes: int = tasks_lib.base.DEFAULT_MAX_STATE_BYTES):
+               max_state_bytes: int = tasks_lib.base.DEFAULT_MAX_STATE_BYTES, close_env: bool = False):
     if mode not in MODES:
       raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if runtime not in inprocess_runtime.RUNTIME_KINDS:
@@ -106,6 +111,7 @@ class ProgEnv(ToolEnv):
     self.max_state_bytes = max_state_bytes
     self._env = env
     self._own_env = env is None
+    self._close_env = bool(close_env) and env is not None
     self._runtime: Any = None
     self._started = False
     self._seed = 0
@@ -120,8 +126,10 @@ class ProgEnv(ToolEnv):
     if self._env is None:
       return []
     task_tools = self._task_env().tools()
-    program = mcp_runtime_server.program_tool(task_tools, timeout_s=self.timeout_s,
-                                              max_output_chars=self.max_output_chars)
+    program = mcp_runtime_server.program_tool(
+        task_tools, timeout_s=self.timeout_s, max_output_chars=self.max_output_chars,
+        workspace=getattr(self._env, "workspace_inside", mcp_runtime_server.WORKSPACE),
+        shared_path=bool(getattr(self._env, "shared_workspace", False)))
     return {"ptc": [program], "dtc": task_tools, "hybrid": task_tools + [program]}[self.mode]
 
   def reset(self, task_id: str | None = None, seed: int = 0) -> str:
@@ -182,7 +190,7 @@ class ProgEnv(ToolEnv):
 
   def close(self) -> None:
     self._stop_runtime()
-    if self._own_env and self._env is not None:
+    if (self._own_env or self._close_env) and self._env is not None:
       self._env.close()
       self._env = None
 

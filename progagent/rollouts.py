@@ -46,16 +46,31 @@ def make_pool(config, num_workers: int, *, cache_dir: str | None = None) -> env_
   what one episode's tool calls may store on the host (progagent.task_env). Config key `env.backend` 'ray': each
   ProgEnv is built by a Ray actor on a node of the cluster at `env.ray_address` (its kernels sandboxed there),
   without cache_dir (a folder of this host; each environment generates its state at reset, byte-identical to a
-  cached copy) so that nothing is left on the nodes."""
+  cached copy) so that nothing is left on the nodes. With config `env.mcp.servers` set, each worker is a ProgEnv over
+  its own progagent.mcp_task_env.McpTaskEnv (config `env.mcp.*`: the tasks of `env.mcp.tasks_file` over those
+  servers, each worker's servers sandboxed and started once; the reward is the evaluator's verdict)."""
   backend = env_pool.backend_options(config.env)
   if backend:
     cache_dir = None
+  mcp = config.env.get("mcp", None)
+  if mcp is not None and tuple(mcp.get("servers", ())):
+    factory = functools.partial(_mcp_prog_env, mcp.to_dict(), mode=config.mode,
+                                runtime="kernel" if config.runtime == "sandboxed" else "inprocess")
+    return env_pool.WorkerPool.local(factory, num_workers, step_timeout_s=STEP_TIMEOUT_S, **backend)
   factory = functools.partial(ptc_env.ProgEnv, mode=config.mode,
                               runtime="kernel" if config.runtime == "sandboxed" else "inprocess",
                               scale=int(config.env.scales[0]), cache_dir=cache_dir,
                               normalize_errors=bool(config.env.get("normalize_errors", False)),
                               max_state_bytes=int(config.env.get("max_state_bytes", 32 * 1024 ** 2)))
   return env_pool.WorkerPool.local(factory, num_workers, step_timeout_s=STEP_TIMEOUT_S, **backend)
+
+
+def _mcp_prog_env(mcp: dict, *, mode: str, runtime: str) -> ptc_env.ProgEnv:
+  """One worker of an `env.mcp` pool: ProgEnv(McpTaskEnv from the config node, mode, runtime), closing both."""
+  import ml_collections
+  from progagent import mcp_task_env
+  env = mcp_task_env.from_config(ml_collections.ConfigDict(mcp))
+  return ptc_env.ProgEnv(env, mode=mode, runtime=runtime, close_env=True)
 
 
 def sampler_options(config, model=None, rows: int = 0) -> dict:

@@ -147,6 +147,12 @@ class ProgramRuntime:
     start_timeout_s: seconds allowed for the kernel to start and load the prelude, times the load
       factor; None: $PROGAGENT_START_TIMEOUT_S, else 120 (kernel_launch.DEFAULT_START_TIMEOUT_S).
     truncation: 'head_tail' (keep the first and last halves) or 'head' (keep the beginning).
+    workspace_cap: the workspace's capped folder (common.sandbox_fs.CappedDir over workspace_dir), when the
+      caller holds it because other sandboxes bind the same folder (the MCP servers of
+      progagent.mcp_servers): used as it is and left open at close(); None: the runtime mounts its own.
+  Start-up: the kernel is launched at once; `tool_backend.tools()` is first read once the kernel is up,
+  right before the prelude that binds `tools` (so a backend still starting, e.g. an McpServerGroup,
+  starts while the kernel does).
   Raises:
     RuntimeStartError: the kernel did not start (its log's tail attached).
     TypeError: tool_backend has neither surface.
@@ -155,7 +161,7 @@ class ProgramRuntime:
   def __init__(self, tool_backend: Any, *, workspace_dir: str, timeout_s: float = 120.0,
                max_output_chars: int = 50_000, sandbox: SandboxConfig = SandboxConfig(),
                interrupt_grace_s: float = 5.0, start_timeout_s: float | None = None,
-               truncation: str = "head_tail"):
+               truncation: str = "head_tail", workspace_cap: sandbox_fs.CappedDir | None = None):
     if timeout_s <= 0:
       raise ValueError(f"timeout_s={timeout_s} must be > 0")
     tool_wire.OutputBuffer(max_output_chars, truncation)  # validates both
@@ -189,7 +195,10 @@ class ProgramRuntime:
     self.restarts = 0
     self.executions = 0
     self._ws_cap: sandbox_fs.CappedDir | None = None
+    self._own_ws_cap = workspace_cap is None
     self._scratch_cap: sandbox_fs.CappedDir | None = None
+    self._tool_server: tool_proxy.ToolServer | None = None
+    self._tool_socket = os.path.join(self.runtime_dir, "tools.sock")
     os.mkdir(self.scratch_dir, 0o700)
     os.mkdir(self.runtime_dir, 0o755)
     try:
@@ -199,12 +208,16 @@ class ProgramRuntime:
         self._scratch_cap = sandbox_fs.CappedDir(
             self.scratch_dir, "tmp", max_bytes=sandbox.tmp_max_bytes, max_files=sandbox.workspace_max_files,
             uid=0, gid=0, mode=0o1777, limits=("SandboxConfig.tmp_max_bytes", "SandboxConfig.workspace_max_files"))
-        self._ws_cap = sandbox_fs.CappedDir(
-            self.workspace_dir, "ws", max_bytes=sandbox.workspace_max_bytes, max_files=sandbox.workspace_max_files,
-            uid=sandbox.uid, gid=sandbox.gid, keep=True,
-            limits=("SandboxConfig.workspace_max_bytes", "SandboxConfig.workspace_max_files"))
-      self._tool_server = tool_proxy.ToolServer(self.backend,
-                                                os.path.join(self.runtime_dir, "tools.sock"))
+        if workspace_cap is not None:
+          if os.path.abspath(workspace_cap.path) != self.workspace_dir:
+            raise ValueError(f"workspace_cap is mounted at {workspace_cap.path}, not at workspace_dir "
+                             f"{self.workspace_dir}")
+          self._ws_cap = workspace_cap
+        else:
+          self._ws_cap = sandbox_fs.CappedDir(
+              self.workspace_dir, "ws", max_bytes=sandbox.workspace_max_bytes,
+              max_files=sandbox.workspace_max_files, uid=sandbox.uid, gid=sandbox.gid, keep=True,
+              limits=("SandboxConfig.workspace_max_bytes", "SandboxConfig.workspace_max_files"))
       self._kernel = self._start_kernel()
     except BaseException:
       self.close()
@@ -215,7 +228,15 @@ class ProgramRuntime:
   @property
   def tool_list(self) -> list[dict]:
     """The MCP tool entries the program sees as `tools`."""
-    return [dict(t) for t in self._tool_server.tool_list]
+    return [dict(t) for t in self._tools_server().tool_list]
+
+  def _tools_server(self) -> tool_proxy.ToolServer:
+    """The tool socket's server, made at its first use (the backend's tools() is read then)."""
+    if self._tool_server is None:
+      if self.closed:
+        raise RuntimeError("this ProgramRuntime is closed")
+      self._tool_server = tool_proxy.ToolServer(self.backend, self._tool_socket)
+    return self._tool_server
 
   @property
   def kernel_pid(self) -> int | None:
@@ -272,7 +293,7 @@ class ProgramRuntime:
       try:
         if self._scratch_cap is not None:
           self._scratch_cap.close()
-        if self._ws_cap is not None:  # written back to the caller's folder, owners and modes as they were
+        if self._ws_cap is not None and self._own_ws_cap:  # written back, owners and modes as they were
           self._ws_cap.close()
       finally:
         # base_dir is the host's (root, in the host's /tmp); rmtree's fd-based walk follows no link.
@@ -314,7 +335,7 @@ class ProgramRuntime:
     return kl.start_kernel(name=name, kernel_dir=os.path.join(self.runtime_dir, name),
                            inside_dir=self._inside_dir, workspace_dir=self.workspace_dir,
                            scratch_dir=self.scratch_dir, sandbox_config=self.sandbox_config,
-                           tool_list=self._tool_server.tool_list,
+                           tool_list=lambda: self._tools_server().tool_list,
                            start_timeout_s=self.start_timeout_s, scale=self.wait_scale,
                            workspace_cap=self._ws_cap, scratch_cap=self._scratch_cap)
 
@@ -360,7 +381,7 @@ class ProgramRuntime:
     else:
       lost = False
     kernel = self._kernel
-    calls0 = self._tool_server.calls
+    calls0 = self._tools_server().calls
     buf = tool_wire.OutputBuffer(self.max_output_chars, self.truncation)
     cell = f"__import__('_progagent_tool_proxy').run_cell({code!r})"
     status, error, self._last_msg_id = kl.execute(kernel, cell, limit_s, buf)
@@ -406,4 +427,4 @@ class ProgramRuntime:
     if notes:
       out = (out + ("\n" if out and not out.endswith("\n") else "") + "\n".join(notes) + "\n")
     return ExecResult(output=out, error=error, timed_out=timed_out, restarted=restarted,
-                      tool_calls=self._tool_server.calls - calls0, truncated_chars=buf.cut)
+                      tool_calls=self._tools_server().calls - calls0, truncated_chars=buf.cut)

@@ -144,12 +144,19 @@ class DirectConnection:
 
 
 class _Tool:
-  """One tool as a callable: keyword arguments in, native Python value out."""
+  """One tool as a callable: keyword arguments in, native Python value out.
+
+  Attributes (what a program can read): name; input_schema and output_schema, the tool's MCP inputSchema
+  and outputSchema (None when it declares none; then results are decoded from text, tool_wire rule 2);
+  __doc__, its line of describe_tools (`name(args) -> output - description`); spec, the whole MCP entry.
+  """
 
   def __init__(self, conn: Any, spec: dict):
     self._conn = conn
     self.name = spec["name"]
     self.spec = spec
+    self.input_schema = spec.get("inputSchema")
+    self.output_schema = spec.get("outputSchema")
     self.__doc__ = describe_tools([spec])
 
   def __call__(self, *args, **kwargs) -> Any:

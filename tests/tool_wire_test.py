@@ -95,6 +95,38 @@ class DecodeTest(parameterized.TestCase):
         "required": ["a"]}}])
     self.assertEqual(s, "add(a: number, b?: number) - Adds.")
 
+  def test_describe_tools_shows_the_output_schema(self):
+    """A tool with an outputSchema is listed with what a program's call returns (the structured content)."""
+    s = tw.describe_tools([{"name": "read_text_file", "description": "Reads.", "inputSchema": {
+        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        "outputSchema": {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"]}}])
+    self.assertEqual(s, "read_text_file(path: string) -> {content: string} - Reads.")
+
+  def test_describe_schema(self):
+    d = tw.describe_schema
+    self.assertEqual(d({"type": "array", "items": {"type": "integer"}}), "list[integer]")
+    self.assertEqual(d({"enum": ["a", "b"]}), '"a"|"b"')
+    self.assertEqual(d({"type": ["string", "null"]}), "string|null")
+    self.assertEqual(d({"anyOf": [{"type": "string"}, {"type": "object", "properties": {"x": {"type": "number"}},
+                                                       "required": ["x"]}]}), "string|{x: number}")
+    self.assertEqual(d({"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": "object", "properties": {"c": {"type": "object", "properties": {"d": {}}}}}}}}}),
+        "{a?: {b?: {c?: object}}}")
+    self.assertEqual(d({"type": "object"}), "object")
+    self.assertEqual(d(None), "any")
+    long = d({"type": "object", "properties": {f"field_{i}": {"type": "string"} for i in range(100)}})
+    self.assertLen(long, tw.MAX_SCHEMA_CHARS)
+    self.assertTrue(long.endswith("..."))
+
+  def test_structured_content_is_the_data_and_text_is_text(self):
+    """structuredContent comes back whole (a single-key object too, as its outputSchema describes it); a text-only
+    result comes back as its text (decoded when it is JSON)."""
+    self.assertEqual(tw.decode_result({"content": [{"type": "text", "text": "hi"}],
+                                       "structuredContent": {"content": "hi"}}), {"content": "hi"})
+    self.assertEqual(tw.decode_result({"content": [{"type": "text", "text": "3 numbers, mean 2.0"}]}),
+                     "3 numbers, mean 2.0")
+    self.assertEqual(tw.decode_result({"content": [{"type": "text", "text": '{"count": 3}'}]}), {"count": 3})
+
 
 class OutputBufferTest(parameterized.TestCase):
   """Streaming head+tail truncation equals cutting the whole string, in characters."""

@@ -95,7 +95,9 @@ RESUME_FREE = stages.SCALE_KEYS + env_pool.BACKEND_KEYS + ("gspo.kv_reuse", "gsp
                                                             "gspo.generate_batch_size")
 REPORT_ONLY = ("eval.", "stats.")
 # keys added later -> the value that does what was done before
-ADDED_KEYS = {"gspo.truncated_responses": "keep", "paradigms.normalize_errors": (), "gspo.block_tasks": 0}
+ADDED_KEYS = {"gspo.truncated_responses": "keep", "paradigms.normalize_errors": (), "gspo.block_tasks": 0,
+              "env.mcp": dict(servers=(), tasks_file="", evaluator="", evaluator_timeout_s=600.0, reuse_servers=(),
+                              namespace="clash", max_steps=200)}   # env.mcp: the task library, as before issue 29
 
 
 def check_config(config) -> None:

@@ -91,7 +91,7 @@ class WebShopToolEnv:
     human_goals: the 13 human-instruction goals of this product set instead of the 6,910 synthetic ones (only the
       'valid' split then has goals).
     seed: the price and price-bound draws (goals.build; 42 = verl-agent's).
-    shuffle_seed: the goal shuffle's seed; None: `seed` (verl-agent); 233: princeton's SimServer.
+    shuffle_seed: the goal shuffle's seed; None or < 0: `seed` (verl-agent); 233: princeton's SimServer.
     max_steps: actions per episode before it ends unbought.
     observation_format: 'verl_agent', 'page' or 'webshop' (module docstring).
     analyzer, scorer: the search engine's tokenizer and BM25 lengths (search.py; 'lucene' both).

@@ -28,7 +28,7 @@ WebShop's SimServer draws prices and bounds from Python's global `random` in wha
 calls random.seed(233) and shuffles; verl-agent's copy (the setting GiGPO and PlanPO report) calls random.seed(seed)
 before loading the products (seed 42: its env workers never pass another) and random.seed(seed) again before the
 shuffle. This module reproduces the draws exactly for a given seed, in the same order (prices, then bounds, then the
-shuffle), with a private random.Random(seed): `seed` = 42 and `shuffle_seed` None (= seed) give verl-agent's goal
+shuffle), with a private random.Random(seed): `seed` = 42 and `shuffle_seed` None or -1 (= seed) give verl-agent's goal
 list; shuffle_seed 233 gives the princeton SimServer's shuffle (its prices then come from `seed`). Every worker
 builds the same list from the same seeds, so "goal k" is one goal in every process. Splits (verl-agent): goals
 0..499 are 'valid' (its validation and reported test goals), 500.. are 'train'.
@@ -145,12 +145,12 @@ def build(products: Sequence[dict], instructions: dict[str, dict], *, human: boo
     instructions: items_ins_v2_1000.json (data.Catalog.instructions).
     human: the human-instruction goals instead of the synthetic ones (config key `env.kwargs.human_goals`).
     seed: the seed of the price and bound draws (config key `env.kwargs.seed`).
-    shuffle_seed: the seed of the goal shuffle (config key `env.kwargs.shuffle_seed`); None: `seed`.
+    shuffle_seed: the seed of the goal shuffle (config key `env.kwargs.shuffle_seed`); None or < 0: `seed`.
   """
   rng = random.Random(int(seed))
   prices = product_prices(products, rng)
   goals = human_goals(products, prices, rng) if human else synthetic_goals(products, instructions, prices, rng)
-  random.Random(int(seed if shuffle_seed is None else shuffle_seed)).shuffle(goals)
+  random.Random(int(seed if shuffle_seed is None or shuffle_seed < 0 else shuffle_seed)).shuffle(goals)
   return prices, goals
 
 

@@ -35,6 +35,12 @@ nothing"); so does 'click[search]', which WebShop lists but never performs.
 Not reproduced: the search box's debugging prefixes ('<r>' random products, '<a>', '<c>', '<q>' filters) are
 searched as plain words; the done page's hidden fields that WebShop leaves empty or None are kept as it renders
 them.
+
+Checked once against WebShop's templates rendered by Flask and read by BeautifulSoup the way
+`convert_html_to_text(simple=True)` and `get_available_actions` read them (a scratch harness, not a test: it needs
+Flask and bs4): 3,150 pages (search; results pages 1, 2, 5 and 6 of four kinds of query; item pages of the goal's or a
+random product with random options; every sub-page, with and without `show_attrs`; done) give the same text and the
+same clickables, in order.
 """
 
 from __future__ import annotations

@@ -41,9 +41,10 @@ Query methods (EnvClient.query; QUERY_METHODS):
   admissible_actions()     the current page's admissible actions;
   episode_info()           {'instruction', 'observation', 'admissible_actions'}: what common.windowed shows.
 
-Cost (2-core machine, loaded): construction ~3 s (products 0.3 s, the search index ~1-2 s, goals 0.1 s; spaCy loads
-on the first purchase, ~1 s); a search step ~1 ms, a click ~0.1 ms, a purchase ~5-20 ms (spaCy tags two titles,
-cached per title). Memory ~250 MB a worker with spaCy loaded.
+Cost (2-core machine beside other jobs): construction 2-3 s (products 0.3 s, the search index 0.5-1 s, goals 0.1 s,
+spaCy 1-2 s; up to ~15 s when both cores are busy, which is why spaCy loads here and not on the first purchase); a
+search step ~0.5 ms, a click ~0.05 ms, a purchase ~5-30 ms (spaCy tags two titles, cached per title). Memory ~360 MB a
+worker.
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ class WebShopToolEnv:
                                        scorer=scorer)
       prices, goal_list = goals_lib.build(catalog.products, catalog.instructions, human=bool(human_goals), seed=seed,
                                           shuffle_seed=shuffle_seed)
-      shop = pages.Shop(catalog, engine, prices, goal_list, reward_lib.Scorer(), bool(show_attrs))
+      # spaCy is loaded here, not on the first purchase: a worker's start has a longer timeout than a step
+      shop = pages.Shop(catalog, engine, prices, goal_list, reward_lib.Scorer(reward_lib.load_nlp()), bool(show_attrs))
     self.shop = shop
     self._session: pages.Session | None = None
     self._task_id: str | None = None

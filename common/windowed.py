@@ -17,7 +17,9 @@ The rollout driver has two modes (config key rollout.mode):
 
 Invalid actions: a reply whose <action> cannot be read (the named error of parse_action: no env step;
 the next prompt repeats the same observation after a note naming the error), an action the environment
-answers with status 'invalid', or one missing from the admissible list shown in the prompt. Each is
+answers with status 'invalid', or one missing from the admissible list shown in the prompt (a listed template
+'name[<...>]', WebShop's 'search[<your query>]', admits any 'name[ARG]' with ARG not blank:
+common.envs.base.admits). Each is
 recorded per turn (`WindowTurn.invalid`) and shaped by `WindowConfig.invalid_action_penalty`
 (verl-agent's invalid_action_penalty_coef, published 0.1): step_reward = env_reward - penalty.
 Turn limits are RolloutConfig.max_turns; the published ones are in PUBLISHED_TURN_LIMITS.
@@ -44,6 +46,7 @@ import numpy as np
 
 from common import tool_calls as tc
 from common import trajectory as traj_lib
+from common.envs import base as envs_base
 
 # Published turn limits (PlanPO; GiGPO/verl-agent's ALFWorld max_steps = 50).
 PUBLISHED_TURN_LIMITS = {"household": 50, "alfworld": 50, "scienceworld": 20}
@@ -259,7 +262,8 @@ def on_response(turn: WindowTurn, state: WindowState, parsed: tc.ParsedResponse,
 def on_step(turn: WindowTurn, state: WindowState, status: str, observation: str, info: dict,
             cfg: WindowConfig) -> None:
   """Records an env step's answer on the turn and moves the window on."""
-  bad = status == "invalid" or (turn.admissible_actions is not None and turn.action not in turn.admissible_actions)
+  bad = status == "invalid" or (turn.admissible_actions is not None
+                                and not envs_base.admits(turn.admissible_actions, turn.action))
   turn.env_reward = float(info.get("step_reward", 0.0) or 0.0)
   _set_invalid(turn, bad, cfg)
   state.history.append((state.observation, turn.action or ""))

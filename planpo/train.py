@@ -68,6 +68,7 @@ from common import gigpo
 from common import io
 from common import provenance
 from common import rollout as rollout_lib
+from common.envs import base as envs_base
 from common.lm import model as model_lib
 from common.lm import sampling
 from common.lm import stages
@@ -489,7 +490,9 @@ def run_rl(config, policy: stages.Policy, method: str, init_params, ref_params, 
 
 class RandomAdmissible:
   """The no-training baseline: a uniformly random admissible action every turn (numpy seed [seed, 23], or
-  [seed, 23, block] for the sampling block `block` of config `rollout.block_episodes`).
+  [seed, 23, block] for the sampling block `block` of config `rollout.block_episodes`). A template entry drawn
+  (common.envs.base.is_template: WebShop's 'search[<your query>]') is played with the episode's instruction as its
+  argument (the env's episode_info query).
 
   A common.rollout policy (list[PolicyRequest] -> list[PolicyOutput]); reads the admissible actions of each
   episode's current state from the worker the driver runs it on (its 'admissible_actions' query). The reply
@@ -508,8 +511,11 @@ class RandomAdmissible:
     self.driver = driver
 
   def _reply(self, request) -> str:
-    acts = list(self.driver.worker_for(request.episode).query("admissible_actions")) if self.driver else []
+    worker = self.driver.worker_for(request.episode) if self.driver else None
+    acts = list(worker.query("admissible_actions")) if worker is not None else []
     action = acts[int(self.rng.integers(len(acts)))] if acts else "look"
+    if envs_base.is_template(action):   # WebShop's 'search[<your query>]': search the task's instruction
+      action = envs_base.fill_template(action, str(worker.query("episode_info").get("instruction", "")))
     return f"<think>{self.REASON}</think><action>{action}</action>"
 
   def __call__(self, requests):

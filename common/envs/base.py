@@ -16,6 +16,7 @@ The rollout driver adds its own per-turn statuses on top ('parse_error', 'no_cal
 from __future__ import annotations
 
 import abc
+import re
 from typing import Any, Mapping, NamedTuple
 
 STATUSES = ("ok", "failed", "unavailable", "invalid")
@@ -114,3 +115,36 @@ def split_task_id(task_id: Any, *, env: str, form: str, number: str) -> tuple[st
     return name, int(n)
   except ValueError:
     raise ValueError(f"{number} in {task_id!r} must be an integer") from None
+
+
+# --- admissible-action templates (WebShop's search bar) ------------------------------------------------------
+
+_TEMPLATE = re.compile(r"(\w+)\[<[^<>\[\]]*>\]")
+_FILLED = re.compile(r"(\w+)\[(.*)\]", re.DOTALL)
+
+
+def is_template(action: str) -> bool:
+  """An admissible-action entry that stands for a family of actions: 'name[<placeholder>]', e.g. WebShop's
+  'search[<your query>]' (any search)."""
+  return _TEMPLATE.fullmatch(action) is not None
+
+
+def admits(admissible, action: Any) -> bool:
+  """`action` is admissible: it is in the list, or the list holds a template 'name[<...>]' and the action is
+  'name[ARG]' with ARG not blank (common.windowed marks other actions invalid)."""
+  if not isinstance(action, str):
+    return False
+  if action in admissible:
+    return True
+  m = _FILLED.fullmatch(action)
+  if m is None or not m.group(2).strip():
+    return False
+  return any(is_template(a) and a.startswith(m.group(1) + "[") for a in admissible)
+
+
+def fill_template(action: str, text: str) -> str:
+  """A template entry with its placeholder replaced by `text` ('search[<your query>]', 'red shoes' ->
+  'search[red shoes]'); any other action unchanged. What a scripted policy plays for a template (the random
+  baseline searches the task's instruction)."""
+  m = _TEMPLATE.fullmatch(action)
+  return f"{m.group(1)}[{text}]" if m else action

@@ -18,6 +18,8 @@ ratio (PhGPO with the gold bank - GRPO) on each split:
 CPU-sized variants used by the tests (a few tasks, 1 seed, a handful of steps; smoke_lm: the language-model
 policy on a tiny random Qwen2 checkpoint written locally):
   python -m experiments.train --config=configs/phgpo_traject.py:smoke --workdir=/tmp/phgpo_smoke
+  python -m experiments.train --config=configs/phgpo_traject.py:smoke --config.data.format=authors_graph \
+      --workdir=/tmp/phgpo_smoke_authors     # the PhGPO authors' graph files as the tool catalogue
   python -m experiments.train --config=configs/phgpo_traject.py:smoke_lm --workdir=/tmp/phgpo_smoke_lm
 
 Overrides: --config.seeds=0,1 --config.splits=random --config.runs=warmup,phgpo --config.pheromone.rho=0.05 ...
@@ -48,10 +50,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # split 'random': the authors' stratified query split; 'chain': whole gold tool chains held out per domain.
   # split 'long' (SYNTHETIC): two tasks of one domain joined under one query, long_min_calls..long_max_calls.
+  # format: the catalogue reader (phgpo/catalogue.py): 'traject_bench' (TRAJECT-Bench's tools/ and sequential/)
+  # or 'authors_graph' (the PhGPO authors' mcp_rl_graph.json: tools, argument variants, edge counts; queries from
+  # TRAJECT-Bench, joined by tool name). path: the TRAJECT-Bench folder ('' = --data_dir, else $TRAJECT_BENCH_DIR,
+  # else the shared copy; a given folder is used as given). graph_path: the authors' graph (folder or file; '' =
+  # the shared phgpo_graphs/traject_bench), the catalogue under 'authors_graph' and the prior otherwise.
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used",
-                long_min_calls=6, long_max_calls=20)
+                long_min_calls=6, long_max_calls=20, format="traject_bench", graph_path="")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
-  c.graph = dict(edges="observed", max_templates=8)
+  # min_trajectories: a training split with fewer gold trajectories takes the graph prior alone as its graph
+  # (phgpo/problem.py; the prior of data.format / data.graph_path)
+  c.graph = dict(edges="observed", max_templates=8, min_trajectories=10)
   # policy.kind 'encoder_mlp' (frozen MiniLM embeddings + MLP scorer, width `hidden`), 'retrieval_mlp' (the
   # same scorer plus gated votes of the nearest training queries, phgpo/retrieval_policy.py: vote_ks neighbour
   # counts, vote_scale the initial gate of the 3-neighbour vote, leakage 'auto' | 'task' | 'chain' the

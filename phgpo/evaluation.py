@@ -170,6 +170,23 @@ def nearest_query(problem: Problem, task_idx=None, *,
   return out
 
 
+def empty_prediction(problem: Problem, task_idx=None, *,
+                     success_threshold: float = metrics_lib.SUCCESS_THRESHOLD) -> dict:
+  """The metrics of predicting no call for each task (what a copy baseline gives without training queries).
+
+  Args:
+    problem: reads gold_tools, gold_len, tasks, graph.tool_names.
+    task_idx: i64[B] task rows (default: problem.eval_idx).
+  Returns:
+    The module's metrics dict (every match ratio 0).
+  Raises:
+    ValueError: no tasks.
+  """
+  task_idx = np.asarray(problem.eval_idx if task_idx is None else task_idx, np.int64).reshape(-1)
+  return _summarize(problem, task_idx, np.full((task_idx.size, 1), -1, np.int32),
+                    np.zeros((task_idx.size,), np.int32), success_threshold=success_threshold)
+
+
 def vote_query(problem: Problem, k: int, task_idx=None, *,
                success_threshold: float = metrics_lib.SUCCESS_THRESHOLD) -> dict:
   """No-training baseline: the similarity-weighted position vote of the k nearest training queries.

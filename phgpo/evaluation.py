@@ -43,6 +43,7 @@ ROW_NAMES = {"nearest": "nearest training query (no training)",
              "no_curriculum": "PhGPO w/o mixed curriculum", "rho0": "PhGPO, rho = 0",
              "agnostic_only": "PhGPO, task-agnostic only", "frozen": "PhGPO, pheromone frozen mid-training",
              "authors": "PhGPO, the authors' schedule",
+             "init_graph": "PhGPO, pheromone from a graph's counts",
              "phgpo_rollouts": "PhGPO, bank from rollouts", "phgpo_gold": "PhGPO, bank seeded from gold",
              "phgpo_encoder": "PhGPO, encoder-MLP policy (main table's)"}
 # Sub-rows '<run>/<key>': a run's metrics dict may nest the same policy decoded another way. 'policy_only': a

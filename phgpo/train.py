@@ -76,7 +76,7 @@ RESUME_FREE = stages.SCALE_KEYS + env_pool.BACKEND_KEYS
 REPORT_ONLY = ("runs", "table", "reference", "primary", "gate.", "stats.", "seeds", "splits")
 # Keys added after workdirs were written, with the value that reproduces what those workdirs computed.
 ADDED_KEYS = {"rl.block_tasks": 0, "eval.block_tasks": 0, "data.format": "traject_bench", "data.graph_path": "",
-              "graph.min_trajectories": 10}
+              "graph.min_trajectories": 10, "pheromone.init_graph": "", "ablation.init_graph": "prior"}
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -157,6 +157,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   mt = config.graph.get("min_trajectories", 0)
   if isinstance(mt, bool) or not isinstance(mt, int) or mt < 0:
     raise ValueError(f"config graph.min_trajectories must be an integer >= 0, got {mt!r}")
+  for key, value in (("pheromone.init_graph", pc.get("init_graph", "")),
+                     ("ablation.init_graph", config.ablation.get("init_graph", "prior"))):
+    if value not in steps.INIT_GRAPHS:
+      raise ValueError(f"config {key} must be one of {list(steps.INIT_GRAPHS)}, got {value!r}")
   if pc.dep_units not in pher_lib.DEP_UNITS:
     raise ValueError(f"config pheromone.dep_units must be one of {pher_lib.DEP_UNITS}, got {pc.dep_units!r}")
   if int(pc.freeze_at) < -1:
@@ -320,7 +324,8 @@ class _CompiledCache:
 
   @staticmethod
   def _key(cfg) -> str:
-    keep = {k: v for k, v in cfg.pheromone.to_dict().items() if k not in ("beta_max", "w_max", "freeze_at")}
+    keep = {k: v for k, v in cfg.pheromone.to_dict().items()
+            if k not in ("beta_max", "w_max", "freeze_at", "init_graph")}   # init_graph: the start state only
     return json.dumps([keep, cfg.rl.to_dict(), cfg.sampling.to_dict()], sort_keys=True)
 
   def put(self, cfg, compiled: Compiled) -> None:

@@ -1,5 +1,6 @@
 """Tests for phgpo/catalogue.py (the catalogue format, its two readers, the named errors), the graph prior
-(phgpo.graph.graph_from_counts) and the user's data winning over the shared copy (issue 30)."""
+(phgpo.graph.graph_from_counts, phgpo.pheromone.tau_from_counts, pheromone.init_graph) and the user's data
+winning over the shared copy (issue 30)."""
 import collections
 import json
 import os
@@ -8,15 +9,21 @@ import subprocess
 import sys
 import tempfile
 
+import chex
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl.testing import absltest
+from absl.testing import parameterized
 
 from configs import phgpo_traject
 from phgpo import catalogue
 from phgpo import data
 from phgpo import graph as graph_lib
+from phgpo import pheromone
 from phgpo import problem as problem_lib
+from phgpo import runs
+from phgpo import steps
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 _SHARED_GRAPH = catalogue.default_graph_dir() / catalogue.GRAPH_FILE
@@ -245,7 +252,34 @@ class SplitErrorsTest(absltest.TestCase):
 
 
 @pytest.mark.fast
-class GraphPriorTest(absltest.TestCase):
+class GraphPriorTest(parameterized.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  def test_tau_from_counts(self):
+    counts = np.array([[0, 4, 1], [0, 0, 0], [9, 0, 9], [2, 0, 0]], np.int32)   # N = 3, row 3 = START
+    fn = self.variant(lambda c: pheromone.tau_from_counts(c, tau_min=0.1, tau_max=1.0))
+    got = np.asarray(fn(jnp.asarray(counts)))
+    want = np.full(counts.shape, 0.1)
+    for i, row in enumerate(counts):
+      if row.max() > 0:
+        want[i] = 0.1 + 0.9 * np.log1p(row) / np.log1p(row.max())
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    self.assertEqual(got.dtype, np.float32)
+    self.assertEqual(got[0, 1], np.float32(1.0))       # a row's most frequent successor starts at tau_max
+    self.assertEqual(got[0, 0], np.float32(0.1))       # an unseen one at tau_min
+
+  def test_init_pheromone_rows_with_counts_only(self):
+    counts = np.array([[0, 4], [0, 0], [1, 0]], np.int32)
+    mask = np.array([[True, True], [True, False], [False, False]])
+    st = pheromone.init_pheromone(2, 1, tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_per_edge=2,
+                                  edge_mask=mask, edge_counts=counts)
+    tau = np.asarray(pheromone.effective_tau(st, tau_min=0.1))
+    np.testing.assert_allclose(tau, [[0.1, 1.0], [0.5, 0.1], [1.0, 0.1]], rtol=1e-6)
+    plain = pheromone.init_pheromone(2, 1, tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_per_edge=2, edge_mask=mask)
+    np.testing.assert_array_equal(np.asarray(plain.tau)[1], tau[1])   # the row without counts: as before
+    with self.assertRaisesRegex(ValueError, "edge_counts must have shape"):
+      pheromone.init_pheromone(2, 1, tau_init=0.5, tau_min=0.1, tau_max=1.0, bank_per_edge=2,
+                               edge_counts=np.zeros((2, 2)))
 
   def test_graph_from_counts(self):
     counts = np.array([[0, 3, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]], np.int32)
@@ -258,6 +292,18 @@ class GraphPriorTest(absltest.TestCase):
     np.testing.assert_array_equal(g.template_counts, [[5], [1], [0]])
     with self.assertRaisesRegex(ValueError, "edge_counts must have shape"):
       graph_lib.graph_from_counts(["a"], counts, {})
+
+  def test_init_graph_is_an_ablation_row(self):
+    self.assertIn("init_graph", phgpo_traject.ABLATION_RUNS)
+    self.assertEqual(runs.TABLE_RUNS["ablation"], phgpo_traject.ABLATION_RUNS)
+    c = phgpo_traject.get_config("ablation")
+    self.assertEqual(c.pheromone.init_graph, "")                           # default: today's empty start
+    self.assertEqual(runs.run_config(c, "init_graph").pheromone.init_graph, "prior")
+    self.assertEqual(runs.run_config(c, "phgpo").pheromone.init_graph, "")
+    c.ablation.init_graph = "train"
+    self.assertEqual(runs.run_config(c, "init_graph").pheromone.init_graph, "train")
+    self.assertTrue(problem_lib.wants_prior(phgpo_traject.get_config("ablation")))
+    self.assertFalse(problem_lib.wants_prior(phgpo_traject.get_config("smoke")))
 
 
 class FewTrajectoriesTest(absltest.TestCase):
@@ -287,11 +333,17 @@ class FewTrajectoriesTest(absltest.TestCase):
     self.assertTrue(any("graph prior" in l for l in lines), lines)
 
   def test_few_trajectories_take_the_prior_alone(self):
-    p, lines, _ = self._problem(**{"graph.min_trajectories": 100})
+    p, lines, c = self._problem(**{"graph.min_trajectories": 100})
     self.assertEqual(p.graph_source, "prior")
     np.testing.assert_array_equal(p.graph.edge_counts, p.prior_counts)
     line = next(l for l in lines if "graph prior alone" in l)
     self.assertIn("holds 12 gold trajectories (< graph.min_trajectories = 100)", line)
+    # The pheromone starts from the prior's counts with init_graph 'prior' (and 'train' = the same graph here).
+    c.pheromone.init_graph = "prior"
+    tau = np.asarray(pheromone.effective_tau(steps.init_pheromone(c, p), tau_min=c.pheromone.tau_min))
+    want = np.asarray(pheromone.tau_from_counts(p.prior_counts, tau_min=0.1, tau_max=1.0))
+    rows = p.prior_counts.sum(axis=1) > 0
+    np.testing.assert_allclose(tau[rows], want[rows], rtol=1e-6)
 
   def test_no_training_trajectory(self):
     # Every query held out (round(0.6 * 1) = 1 per domain): the graph prior alone, no crash.
@@ -311,7 +363,7 @@ class FewTrajectoriesTest(absltest.TestCase):
     c = _config(root, graph_path=str(self.gdir), held_out_fraction=0.6)
     c.encoder.cache_dir = self.cache
     c.env.sandboxed = False
-    c.runs = ("nearest", "warmup", "phgpo")
+    c.runs = ("nearest", "warmup", "phgpo", "init_graph")
     lines = []
     results = train.run(c, self.create_tempdir().full_path, progress=False, log=lines.append)["random"][0]
     self.assertEqual(set(results), set(c.runs))

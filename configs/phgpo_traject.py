@@ -18,7 +18,10 @@ ratio (PhGPO with the gold bank - GRPO) on each split:
 CPU-sized variants used by the tests (a few tasks, 1 seed, a handful of steps; smoke_lm: the language-model
 policy on a tiny random Qwen2 checkpoint written locally):
   python -m experiments.train --config=configs/phgpo_traject.py:smoke --workdir=/tmp/phgpo_smoke
+  python -m experiments.train --config=configs/phgpo_traject.py:smoke --config.data.format=authors_graph \
+      --workdir=/tmp/phgpo_smoke_authors     # the PhGPO authors' graph files as the tool catalogue
   python -m experiments.train --config=configs/phgpo_traject.py:smoke_lm --workdir=/tmp/phgpo_smoke_lm
+  python -m experiments.train --config=configs/phgpo_traject.py:ablation_smoke --workdir=/tmp/phgpo_ablation_smoke
 
 Overrides: --config.seeds=0,1 --config.splits=random --config.runs=warmup,phgpo --config.pheromone.rho=0.05 ...
 (a mistyped key fails: the config is locked; an unknown run, split or seed is a named error).
@@ -30,8 +33,9 @@ import ml_collections
 from configs import schema
 
 MAIN_RUNS = ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo")
-# The six published ablation rows, then PhGPO with the authors' schedule choices (phgpo/train.py RUN_SPECS).
-ABLATION_RUNS = ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors")
+# The six published ablation rows, PhGPO with the authors' schedule choices, and PhGPO with its pheromone started
+# from a precomputed graph's counts (ablation.init_graph; phgpo/runs.py RUN_SPECS).
+ABLATION_RUNS = ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors", "init_graph")
 RETRIEVAL_RUNS = ("nearest", "vote3", "vote5", "warmup", "grpo", "phgpo_rollouts", "phgpo_gold", "authors",
                   "phgpo_encoder")
 
@@ -48,10 +52,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # split 'random': the authors' stratified query split; 'chain': whole gold tool chains held out per domain.
   # split 'long' (SYNTHETIC): two tasks of one domain joined under one query, long_min_calls..long_max_calls.
+  # format: the catalogue reader (phgpo/catalogue.py): 'traject_bench' (TRAJECT-Bench's tools/ and sequential/)
+  # or 'authors_graph' (the PhGPO authors' mcp_rl_graph.json: tools, argument variants, edge counts; queries from
+  # TRAJECT-Bench, joined by tool name). path: the TRAJECT-Bench folder ('' = --data_dir, else $TRAJECT_BENCH_DIR,
+  # else the shared copy; a given folder is used as given). graph_path: the authors' graph (folder or file; '' =
+  # the shared phgpo_graphs/traject_bench), the catalogue under 'authors_graph' and the prior otherwise.
   c.data = dict(path="", domains=(), held_out_fraction=0.2, split_seed=0, max_tasks=0, tool_scope="used",
-                long_min_calls=6, long_max_calls=20)
+                long_min_calls=6, long_max_calls=20, format="traject_bench", graph_path="")
   c.encoder = dict(max_length=128, batch_size=64, cache_dir="")
-  c.graph = dict(edges="observed", max_templates=8)
+  # min_trajectories: a training split with fewer gold trajectories takes the graph prior alone as its graph
+  # (phgpo/problem.py; the prior of data.format / data.graph_path)
+  c.graph = dict(edges="observed", max_templates=8, min_trajectories=10)
   # policy.kind 'encoder_mlp' (frozen MiniLM embeddings + MLP scorer, width `hidden`), 'retrieval_mlp' (the
   # same scorer plus gated votes of the nearest training queries, phgpo/retrieval_policy.py: vote_ks neighbour
   # counts, vote_scale the initial gate of the 3-neighbour vote, leakage 'auto' | 'task' | 'chain' the
@@ -95,8 +106,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       rho=0.05, alpha=0.02, tau_init=0.5, tau_min=0.1, tau_max=1.0, arg_rho=0.05, arg_alpha=0.02,
       beta_max=0.7, w_max=0.5, kappa=1.0, bank_per_edge=16, top_k_similar=16, sim_threshold=0.6,
       dep_units="tau_range", bank_min_score=0.0, first_step=True, freeze_at=-1, bank_seed="rollouts",
-      bank_leakage="none")
-  c.ablation = dict(freeze_at=30)   # RL step after which the 'frozen' row's pheromone stops changing
+      bank_leakage="none", init_graph="")
+  # init_graph: the task-agnostic pheromone's start: '' (tau_init on the graph's edges), 'train' (from the
+  # training graph's counts) or 'prior' (from the graph prior's counts, phgpo/steps.py init_counts; mapping:
+  # phgpo/pheromone.py tau_from_counts). ablation.freeze_at: RL step after which the 'frozen' row's pheromone
+  # stops changing; ablation.init_graph: the 'init_graph' row's pheromone.init_graph.
+  c.ablation = dict(freeze_at=30, init_graph="prior")
   c.sampling = dict(top_k=20, temperature=0.7)
   # test_pheromone: beta = 0 runs are also decoded with the pheromone (the sub-row 'pheromone at test only')
   c.eval = dict(temperature=0.0, success_threshold=0.7, test_pheromone=False, block_tasks=0)
@@ -140,10 +155,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.logging.every = 1
       c.logging.pheromone_snapshots = (0, 2, 4)
       c.stats.resamples = 500
-  elif arg in ("smoke", "smoke_lm"):
+  elif arg in ("smoke", "smoke_lm", "ablation_smoke"):
     c.seeds = (0,)
     c.splits = ("random",)
     c.runs = ("nearest", "warmup", "grpo", "phgpo")
+    if arg == "ablation_smoke":   # the ablation table's rows at smoke size
+      c.runs = ABLATION_RUNS
+      c.table = "ablation"
     c.data.max_tasks = 120
     c.encoder.max_length = 32
     c.policy.hidden = 32
@@ -169,5 +187,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       c.warmup.batch_size = 8
   elif arg not in (None, ""):
     raise ValueError(f"unknown config variant {arg!r}; valid: '' (main table), 'ablation', 'retrieval', "
-                     "'retrieval_smoke', 'smoke', 'smoke_lm'")
+                     "'retrieval_smoke', 'smoke', 'smoke_lm', 'ablation_smoke'")
   return c

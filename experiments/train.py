@@ -30,7 +30,9 @@ from common.lm import stages
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and results go.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "TRAJECT-Bench folder, if not at ../shared/data.")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "TRAJECT-Bench folder (sets config data.path), used as given: it wins over $TRAJECT_BENCH_DIR "
+    "and the shared copy ../shared/data/traject_bench, which is the default only when neither is given.")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "Multi-process runs: HOST:PORT of process 0's coordinator, the same on "

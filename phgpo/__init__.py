@@ -21,6 +21,7 @@ _EXPORTS = {
     # The pheromone state and its update (task-agnostic table, arguments, fused rows).
     "PheromoneState": "phgpo.pheromone",
     "init_pheromone": "phgpo.pheromone",
+    "tau_from_counts": "phgpo.pheromone",
     "update_pheromone": "phgpo.pheromone",
     "pheromone_rows": "phgpo.pheromone",
     "effective_tau": "phgpo.pheromone",

@@ -359,9 +359,11 @@ def make_envs(config: ml_collections.ConfigDict, problem: Problem, count: int) -
   num_workers = max(1, min(int(ec.num_workers), count))
   backend = env_pool.backend_options(ec)
   if ec.sandboxed:
+    # the problem's own folders (resolved once, on the host), so the workers replay the data it was built from
     spec = replay_env.replay_env_spec(
-        config.data.path or None, task_ids=[t.task_id for t in problem.tasks], max_steps=ec.max_steps,
-        horizon=ec.horizon, tool_scope=config.data.tool_scope)
+        problem.data_paths.get("queries") or config.data.path or None, task_ids=[t.task_id for t in problem.tasks],
+        max_steps=ec.max_steps, horizon=ec.horizon, tool_scope=config.data.tool_scope,
+        data_format=problem.data_format, graph_file=problem.data_paths.get("graph"))
     pool = env_pool.WorkerPool(spec, num_workers, step_timeout_s=ec.step_timeout_s, **backend)
   else:
     factory = functools.partial(replay_env.TrajectReplayEnv, problem.tasks, problem.tool_specs,

@@ -143,46 +143,66 @@ def _check_layout(root: pathlib.Path) -> str | None:
   return None
 
 
-def find_traject_bench(path: str | os.PathLike | None = None) -> pathlib.Path:
-  """Locates the TRAJECT-Bench folder.
+def resolve_data_dir(path: str | os.PathLike | None = None) -> tuple[pathlib.Path, str]:
+  """Which folder the data comes from, and why: the user's data wins.
 
-  Looks, in this order, at `<repo root>/../shared/data/traject_bench`, then at `path` (the user's flag),
-  then at $TRAJECT_BENCH_DIR, and returns the first that holds `sequential/<Domain>/traj_query.json` and
-  `tools/<Domain>_tool.json`.
+  The first place that is given is used as given: `path` (the launcher's --data_dir, config `data.path`), then
+  $TRAJECT_BENCH_DIR; only when neither is given, the shared copy `<repo root>/../shared/data/traject_bench`.
+  Nothing is checked here (see `find_traject_bench`).
 
   Args:
-    path: a folder given by the user, or None.
+    path: a folder given by the user, or None / '' (not given).
+  Returns:
+    (the folder, expanded but not resolved; a label naming where it came from: 'given path (--data_dir,
+    config data.path)', '$TRAJECT_BENCH_DIR' or 'shared data folder').
+  """
+  if path:
+    return pathlib.Path(path).expanduser(), "given path (--data_dir, config data.path)"
+  env = os.environ.get(ENV_VAR)
+  if env:
+    return pathlib.Path(env).expanduser(), f"${ENV_VAR}"
+  return _default_shared_dir(), "shared data folder"
+
+
+def find_traject_bench(path: str | os.PathLike | None = None) -> pathlib.Path:
+  """Locates the TRAJECT-Bench folder: the user's data wins over the shared copy.
+
+  `path` (the launcher's --data_dir, config `data.path`) when given, else $TRAJECT_BENCH_DIR when set, else
+  `<repo root>/../shared/data/traject_bench` (`resolve_data_dir`). A folder the user gave is used as given:
+  when it does not hold `sequential/<Domain>/traj_query.json` and `tools/<Domain>_tool.json`, that is an error,
+  and the shared copy is never used in its place. (Before issue 30 the shared copy came first and a given path
+  was only a fallback.) When both `path` and $TRAJECT_BENCH_DIR are given and differ, `path` wins and a warning
+  says the variable is not used.
+
+  Args:
+    path: a folder given by the user, or None / '' (not given).
   Returns:
     The resolved folder.
   Raises:
-    FileNotFoundError: none of the places holds the data; the message lists the places looked at and says
-      what to download and where to put it.
+    FileNotFoundError: the chosen folder does not hold the data; the message names it, where the choice came
+      from, and says what to download and where to put it.
   """
-  candidates = [("shared data folder", _default_shared_dir())]
-  if path is not None:
-    candidates.append(("given path", pathlib.Path(path).expanduser()))
+  cand, label = resolve_data_dir(path)
   env = os.environ.get(ENV_VAR)
-  if env:
-    candidates.append((f"${ENV_VAR}", pathlib.Path(env).expanduser()))
-  looked = []
-  for label, cand in candidates:
-    problem = _check_layout(cand)
-    if problem is None:
-      logging.info("TRAJECT-Bench data: %s (%s)", cand.resolve(), label)
-      if path is not None and label != "given path" and pathlib.Path(path).expanduser().resolve() != cand.resolve():
-        logging.warning("TRAJECT-Bench: the shared copy %s comes first; the given path %s is not used (%s)",
-                        cand.resolve(), path, _check_layout(pathlib.Path(path).expanduser()) or "it holds data too")
-      return cand.resolve()
-    looked.append(f"  {label}: {cand} ({problem})")
-  target = _default_shared_dir()
+  if path and env and pathlib.Path(env).expanduser().resolve() != cand.resolve():
+    logging.warning("TRAJECT-Bench: the given path %s wins; $%s=%s is not used", path, ENV_VAR, env)
+  problem = _check_layout(cand)
+  if problem is None:
+    logging.info("TRAJECT-Bench data: %s (%s)", cand.resolve(), label)
+    return cand.resolve()
+  given = label != "shared data folder"
+  note = (f"(a given folder is used as given: the shared copy {_default_shared_dir()} is the default only when "
+          f"neither --data_dir / config data.path nor ${ENV_VAR} is given)\n" if given else
+          f"(no --data_dir / config data.path and no ${ENV_VAR} given)\n")
   raise FileNotFoundError(
-      "TRAJECT-Bench data not found. Looked at:\n" + "\n".join(looked) + "\n"
+      "TRAJECT-Bench data not found. Looked at:\n" + f"  {label}: {cand} ({problem})\n" + note +
       f"To fix: download {UPSTREAM_URL} (e.g. `git clone --depth 1 {UPSTREAM_URL}.git`; tested at commit "
       "2723fd890778dbfb6af9e3aa8ee1c22272979468) and copy two folders from its public_data/:\n"
       "  public_data/sequential/<Domain>/traj_query.json  (one folder per domain)\n"
       "  public_data/tools/                                (the <Domain>_tool.json catalogue files)\n"
-      f"to {target}/ so that {target}/sequential/Finance/traj_query.json and {target}/tools/Finance_tool.json "
-      f"exist; or put them anywhere and pass that folder as --data_dir (config data.path) or set ${ENV_VAR}.")
+      f"to {cand}/ so that {cand}/sequential/Finance/traj_query.json and {cand}/tools/Finance_tool.json "
+      f"exist" + ("" if given else f"; or put them anywhere and pass that folder as --data_dir (config data.path) "
+                  f"or set ${ENV_VAR}") + ".")
 
 
 # ----------------------------------------------------------------------------- tasks

@@ -43,6 +43,7 @@ ROW_NAMES = {"nearest": "nearest training query (no training)",
              "no_curriculum": "PhGPO w/o mixed curriculum", "rho0": "PhGPO, rho = 0",
              "agnostic_only": "PhGPO, task-agnostic only", "frozen": "PhGPO, pheromone frozen mid-training",
              "authors": "PhGPO, the authors' schedule",
+             "init_graph": "PhGPO, pheromone from a graph's counts",
              "phgpo_rollouts": "PhGPO, bank from rollouts", "phgpo_gold": "PhGPO, bank seeded from gold",
              "phgpo_encoder": "PhGPO, encoder-MLP policy (main table's)"}
 # Sub-rows '<run>/<key>': a run's metrics dict may nest the same policy decoded another way. 'policy_only': a
@@ -168,6 +169,23 @@ def nearest_query(problem: Problem, task_idx=None, *,
   out["per_task"]["neighbour_task_id"] = [str(problem.tasks[i].task_id) for i in nb]
   out["per_task"]["neighbour_similarity"] = [float(s) for s in sim[np.arange(task_idx.size), best]]
   return out
+
+
+def empty_prediction(problem: Problem, task_idx=None, *,
+                     success_threshold: float = metrics_lib.SUCCESS_THRESHOLD) -> dict:
+  """The metrics of predicting no call for each task (what a copy baseline gives without training queries).
+
+  Args:
+    problem: reads gold_tools, gold_len, tasks, graph.tool_names.
+    task_idx: i64[B] task rows (default: problem.eval_idx).
+  Returns:
+    The module's metrics dict (every match ratio 0).
+  Raises:
+    ValueError: no tasks.
+  """
+  task_idx = np.asarray(problem.eval_idx if task_idx is None else task_idx, np.int64).reshape(-1)
+  return _summarize(problem, task_idx, np.full((task_idx.size, 1), -1, np.int32),
+                    np.zeros((task_idx.size,), np.int32), success_threshold=success_threshold)
 
 
 def vote_query(problem: Problem, k: int, task_idx=None, *,

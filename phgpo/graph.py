@@ -283,3 +283,60 @@ def build_tool_graph(tool_names: Sequence[str],
   return ToolGraph(tool_names=names, edges=edges, edge_counts=edge_counts, edge_mask=edge_mask,
                    templates=templates, template_counts=template_counts,
                    template_mask=template_mask)
+
+
+def graph_from_counts(tool_names: Sequence[str], edge_counts: np.ndarray,
+                      templates: Mapping[str, Sequence[tuple[Sequence[str], int]]], *,
+                      edges: str = "observed", max_templates: int = 8,
+                      fallback_templates: Mapping[str, Sequence[str]] | None = None) -> ToolGraph:
+  """A ToolGraph from precomputed counts instead of trajectories (a graph prior, `phgpo.catalogue.PriorGraph`).
+
+  Edges and their counts are `edge_counts` as given; each tool's templates are its ranked (argument keys, call
+  count) pairs, the first `max_templates` kept; a tool without any gets its fallback (or the empty template)
+  with count 0, as in `build_tool_graph`.
+
+  Args:
+    tool_names: the N tool names, in node order; unique.
+    edge_counts: int[N+1, N] transitions, row N = START (zeros where the prior has no first calls).
+    templates: {tool name: ((arg_keys, count), ...)} ranked best first; names outside tool_names are ignored.
+    edges, max_templates, fallback_templates: as in `build_tool_graph` (config `graph.edges`,
+      `graph.max_templates`).
+  Returns:
+    A `ToolGraph` (edge_mask = edge_counts > 0 for 'observed').
+  Raises:
+    ValueError on bad sizes, modes or negative counts; KeyError for a fallback naming an unknown tool.
+  """
+  names = list(tool_names)
+  base = build_tool_graph(names, [], edges=edges, max_templates=max_templates,
+                          fallback_templates=fallback_templates)
+  n = len(names)
+  counts = np.asarray(edge_counts)
+  if counts.shape != (n + 1, n):
+    raise ValueError(f"edge_counts must have shape (N+1, N) = {(n + 1, n)}, got {counts.shape}.")
+  if (counts < 0).any() or counts.max(initial=0) > np.iinfo(np.int32).max:
+    raise ValueError("edge_counts must lie in [0, 2**31).")
+  counts = counts.astype(np.int32)
+  ranked, per_tool = [], []
+  for j, name in enumerate(names):
+    kept, seen = [], set()
+    for keys, c in templates.get(name, ()):
+      keys = _normalise_keys(keys, where=f"templates of {name!r}")
+      if keys not in seen:
+        seen.add(keys)
+        kept.append((keys, int(c)))
+    kept = kept[:int(max_templates)]
+    if kept:
+      ranked.append(tuple(k for k, _ in kept))
+      per_tool.append([c for _, c in kept])
+    else:
+      ranked.append(base.templates[j])
+      per_tool.append([0])
+  tm = max(len(t) for t in ranked)
+  template_counts = np.zeros((n, tm), np.int32)
+  template_mask = np.zeros((n, tm), bool)
+  for j, c in enumerate(per_tool):
+    template_counts[j, :len(c)] = c
+    template_mask[j, :len(c)] = True
+  edge_mask = counts > 0 if edges == "observed" else np.ones((n + 1, n), bool)
+  return ToolGraph(tool_names=names, edges=edges, edge_counts=counts, edge_mask=edge_mask, templates=ranked,
+                   template_counts=template_counts, template_mask=template_mask)

@@ -94,14 +94,46 @@ class PheromoneState(NamedTuple):
   arg_rho: jax.Array
 
 
+def tau_from_counts(counts: chex.Array, *, tau_min: float, tau_max: float) -> jax.Array:
+  """Initial task-agnostic pheromone from a graph's transition counts: row-normalised log counts in [tau_min, tau_max].
+
+    tau(i, j) = tau_min + (tau_max - tau_min) log(1 + c_ij) / log(1 + max_k c_ik)   for a row with max_k c_ik > 0,
+    tau(i, j) = tau_min                                                              for a row without counts,
+  so each tool's most frequent successor starts at tau_max (MAX-MIN Ant System starts its trails at tau_max,
+  Stutzle & Hoos 2000), a successor never seen after it at tau_min, and the others in between by log count (the
+  authors' TRAJECT-Bench counts run from 5 to over 100 on one row; the log keeps a rare successor above the
+  unseen). Rows are normalised separately because the sampler reads one row at a time (`pheromone_rows`): only
+  ratios within a row change a decision. Choices the paper leaves open (it starts from an empty pheromone);
+  which graph's counts: config `pheromone.init_graph` (`phgpo.steps.init_pheromone`).
+
+  Args:
+    counts: int or float [N+1, N] transition counts >= 0, row N = START (`ToolGraph.edge_counts`, or a prior's
+      counts `phgpo.catalogue.PriorGraph.counts`).
+    tau_min, tau_max: the MAX-MIN bounds (config `pheromone.tau_min`, `pheromone.tau_max`).
+  Returns:
+    f32[N+1, N] in [tau_min, tau_max].
+  Raises:
+    AssertionError at trace time on a rank other than 2; ValueError on bad bounds.
+  """
+  chex.assert_rank(counts, 2)
+  rule.check_bounds(tau_min, tau_max)
+  c = jnp.maximum(jnp.asarray(counts, jnp.float32), 0.0)
+  top = jnp.max(c, axis=1, keepdims=True)
+  frac = jnp.where(top > 0, jnp.log1p(c) / jnp.log1p(jnp.maximum(top, 1e-30)), 0.0)
+  return jnp.clip(tau_min + (tau_max - tau_min) * frac, tau_min, tau_max).astype(jnp.float32)
+
+
 def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_min: float,
                    tau_max: float, template_mask: chex.Array | None = None,
                    bank_per_edge: int,
-                   edge_mask: chex.Array | None = None) -> PheromoneState:
+                   edge_mask: chex.Array | None = None,
+                   edge_counts: chex.Array | None = None) -> PheromoneState:
   """Initial pheromone state: every graph edge and template at tau_init, an empty bank.
 
   tau(i, j) = tau_init where edge_mask[i, j] (all pairs when edge_mask is None), tau_min
-  elsewhere; tau_arg(i, t) = tau_init where template_mask[i, t], tau_min elsewhere.
+  elsewhere; tau_arg(i, t) = tau_init where template_mask[i, t], tau_min elsewhere. With edge_counts, every row
+  that has a count starts instead at `tau_from_counts` (the task-agnostic pheromone from a precomputed graph,
+  config `pheromone.init_graph`); rows without counts (e.g. START in the authors' graph) keep the rule above.
   Source: PhGPO, arXiv:2602.13691 (SPEC.md "PhGPO"); MAX-MIN Ant System initialisation.
 
   Args:
@@ -116,6 +148,7 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
     edge_mask: optional bool[N+1, N] (`ToolGraph.edge_mask`): pairs outside the graph start at
       tau_min, a prior against unobserved transitions. They still evaporate and receive deposit
       when a rollout traverses them.
+    edge_counts: optional int/float[N+1, N] transition counts of a precomputed graph (None: today's start).
   Returns:
     A `PheromoneState` with f32 tables, zero write stamps and update count, rates 0 (set by
     the first update), and an empty bank (every bank_task -1).
@@ -135,6 +168,12 @@ def init_pheromone(num_tools: int, num_templates: int, *, tau_init: float, tau_m
     if edge_mask.shape != (n + 1, n):
       raise ValueError(f"edge_mask must have shape (N+1, N) = {(n + 1, n)}, got {edge_mask.shape}.")
     tau = jnp.where(edge_mask, tau, jnp.float32(tau_min))
+  if edge_counts is not None:
+    edge_counts = jnp.asarray(edge_counts)
+    if edge_counts.shape != (n + 1, n):
+      raise ValueError(f"edge_counts must have shape (N+1, N) = {(n + 1, n)}, got {edge_counts.shape}.")
+    has = (edge_counts > 0).any(axis=1, keepdims=True)
+    tau = jnp.where(has, tau_from_counts(edge_counts, tau_min=tau_min, tau_max=tau_max), tau)
   tau_arg = jnp.full((n, tm), tau_init, jnp.float32)
   if template_mask is not None:
     template_mask = jnp.asarray(template_mask, bool)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 from typing import Any, Mapping, Sequence
 
 from common.env_client import EnvSpec
@@ -214,20 +215,30 @@ class TrajectReplayEnv(ReplayEnv):
 
 def make_replay_env(*, data_root: str | None = None, domains: Sequence[str] | None = None,
                     task_ids: Sequence[str] | None = None, max_steps: int = 20,
-                    horizon: str = "gold", tool_scope: str = "used"):
+                    horizon: str = "gold", tool_scope: str = "used", data_format: str = "traject_bench",
+                    graph_file: str | None = None):
   """Builds the replay environment (runs inside the environment process).
 
   Args:
-    data_root: the TRAJECT-Bench folder (None: phgpo.data.find_traject_bench()).
+    data_root: the TRAJECT-Bench folder of the queries (None: phgpo.data.find_traject_bench()).
     domains: domains to load (None: all 9).
     task_ids: tasks reset() accepts (None: all loaded); composed ids '<domain>/long/<i>+<j>' (the 'long'
       split, phgpo.long_horizon.compose_pair) are built from their two source tasks.
     max_steps, horizon: ReplayEnv's (config keys env.max_steps, env.horizon).
-    tool_scope: phgpo.data.load_tool_catalogue's scope ('used' or 'all').
+    tool_scope: the catalogue's tool scope ('used' or 'all', config data.tool_scope).
+    data_format: the catalogue reader (config data.format, `phgpo.catalogue`): 'traject_bench' (tools from
+      TRAJECT-Bench's catalogue files) or 'authors_graph' (tools from the authors' graph file `graph_file`).
+    graph_file: the authors' graph file (data_format 'authors_graph'; None: the shared copy).
   """
+  from phgpo import catalogue as catalogue_lib  # pylint: disable=g-import-not-at-top
   root = data_lib.find_traject_bench(data_root)
-  tasks = data_lib.load_tasks(root, domains=domains)
-  tools = data_lib.load_tool_catalogue(root, tasks, scope=tool_scope)
+  if data_format == "authors_graph":
+    cat = catalogue_lib.read_authors_graph(catalogue_lib.find_graph_file(graph_file), root, domains=domains,
+                                           tool_scope=tool_scope)
+    tasks, tools = list(cat.tasks), list(cat.tools)
+  else:
+    tasks = data_lib.load_tasks(root, domains=domains)
+    tools = data_lib.load_tool_catalogue(root, tasks, scope=tool_scope)
   if task_ids is not None:
     wanted = set(task_ids)
     by_id = {t.task_id: t for t in tasks}
@@ -244,9 +255,12 @@ def make_replay_env(*, data_root: str | None = None, domains: Sequence[str] | No
 
 def replay_env_spec(data_root: str | None = None, *, domains: Sequence[str] | None = None,
                     task_ids: Sequence[str] | None = None, max_steps: int = 20,
-                    horizon: str = "gold", tool_scope: str = "used") -> EnvSpec:
-  """EnvSpec for the replay environment, with the data folder mounted read-only.
+                    horizon: str = "gold", tool_scope: str = "used", data_format: str = "traject_bench",
+                    graph_file: str | None = None) -> EnvSpec:
+  """EnvSpec for the replay environment, with the data folder (and the graph file) mounted read-only.
 
+  Args: as `make_replay_env`'s; data_root is resolved here, on the host (`phgpo.data.find_traject_bench`: the
+    given folder, else $TRAJECT_BENCH_DIR, else the shared copy), so the workers read the same folder.
   Raises:
     FileNotFoundError: the data is not found (phgpo.data's message says where to put it).
   """
@@ -254,7 +268,13 @@ def replay_env_spec(data_root: str | None = None, *, domains: Sequence[str] | No
   kwargs = {"data_root": root, "domains": list(domains) if domains else None,
             "task_ids": list(task_ids) if task_ids is not None else None,
             "max_steps": max_steps, "horizon": horizon, "tool_scope": tool_scope}
-  return EnvSpec("phgpo.replay_env:make_replay_env", kwargs, ro_paths=(root,))
+  ro = (root,)
+  if data_format != "traject_bench":   # the default keeps the spec of before issue 30
+    from phgpo import catalogue as catalogue_lib  # pylint: disable=g-import-not-at-top
+    graph = str(catalogue_lib.find_graph_file(graph_file))
+    kwargs.update(data_format=data_format, graph_file=graph)
+    ro = (root, os.path.dirname(graph))
+  return EnvSpec("phgpo.replay_env:make_replay_env", kwargs, ro_paths=ro)
 
 
 def match_reward(traj) -> float:

@@ -24,6 +24,8 @@ RUN_SPECS = {
     "agnostic_only": dict(kind="rl", pheromone=True, curriculum=True, task_dependent=False),
     "frozen": dict(kind="rl", pheromone=True, curriculum=True, freeze=True),
     "authors": dict(kind="rl", pheromone=True, curriculum=True, authors=True),
+    # PhGPO with the task-agnostic pheromone started from a graph's counts (config ablation.init_graph)
+    "init_graph": dict(kind="rl", pheromone=True, curriculum=True, init_graph=True),
     # the retrieval table (configs/phgpo_traject.py:retrieval): the bank from the policy's rollouts or seeded
     # from the training tasks' gold chains, and the encoder-MLP PhGPO of the main table beside them
     "phgpo_rollouts": dict(kind="rl", pheromone=True, curriculum=True, bank_seed="rollouts"),
@@ -35,7 +37,8 @@ RUN_KINDS = tuple(RUN_SPECS)
 # The rows of each table of config `table` (configs/phgpo_traject.py holds the same tuples); a run of a subset
 # writes results_<table>_<runs>.* beside the full table.
 TABLE_RUNS = {"main": ("nearest", "warmup", "grpo_vanilla", "grpo", "phgpo"),
-              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors"),
+              "ablation": ("phgpo", "no_curriculum", "grpo", "rho0", "agnostic_only", "frozen", "authors",
+                           "init_graph"),
               "retrieval": ("nearest", "vote3", "vote5", "warmup", "grpo", "phgpo_rollouts", "phgpo_gold",
                             "authors", "phgpo_encoder")}
 
@@ -48,7 +51,9 @@ def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.Co
   curriculum.p_tf_floor = 0 (stage 3 from the first step: no teacher forcing, no SL term, full horizon); 'rho0' sets pheromone.rho = pheromone.arg_rho = 0; 'agnostic_only' sets pheromone.w_max = 0;
   'frozen' sets pheromone.freeze_at = ablation.freeze_at; 'authors' switches every schedule choice to the
   authors' released trainer: curriculum.lambda_floor = 0.3, curriculum.p_tf_floor = 0.05,
-  curriculum.beta_start_fraction = 1.0, pheromone.first_step = False, rl.sl_steps = 'all'; entries naming
+  curriculum.beta_start_fraction = 1.0, pheromone.first_step = False, rl.sl_steps = 'all'; 'init_graph' sets
+  pheromone.init_graph = ablation.init_graph ('prior': the graph prior's counts, 'train': the training graph's;
+  phgpo/steps.py init_counts); entries naming
   `bank_seed`, `bank_leakage` or `policy` set pheromone.bank_seed, pheromone.bank_leakage or policy.kind.
 
   Raises:
@@ -72,6 +77,8 @@ def run_config(config: ml_collections.ConfigDict, run: str) -> ml_collections.Co
     cfg.pheromone.w_max = 0.0
   if spec.get("freeze"):
     cfg.pheromone.freeze_at = int(config.ablation.freeze_at)
+  if spec.get("init_graph"):
+    cfg.pheromone.init_graph = config.ablation.get("init_graph", "prior")
   if spec.get("authors"):
     cfg.curriculum.lambda_floor = 0.3
     cfg.curriculum.p_tf_floor = 0.05

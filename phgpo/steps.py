@@ -43,19 +43,47 @@ class TrainState(kit.TrainState):
 
 BANK_SEEDS = ("rollouts", "gold")          # config pheromone.bank_seed
 BANK_LEAKAGE = ("none", "auto", "task", "chain")   # config pheromone.bank_leakage
+INIT_GRAPHS = ("", "train", "prior")       # config pheromone.init_graph
+
+
+def init_counts(config: ml_collections.ConfigDict, problem: Problem) -> np.ndarray | None:
+  """The transition counts i32[N+1, N] the task-agnostic pheromone starts from (config `pheromone.init_graph`):
+  None for '' (default: tau_init on the graph's edges, as always); the problem graph's own counts for 'train'
+  (`problem.graph.edge_counts`: the training split's transitions, or the prior's when the graph came from the
+  prior alone); the catalogue's precomputed graph for 'prior' (`problem.prior_counts`: the PhGPO authors'
+  TRAJECT-Bench graph by default, config `data.graph_path`; it counted the held-out queries too).
+
+  Raises:
+    ValueError: an unknown value, or 'prior' on a problem built without a prior graph.
+  """
+  mode = config.pheromone.get("init_graph", "")
+  if mode not in INIT_GRAPHS:
+    raise ValueError(f"config pheromone.init_graph={mode!r} is not one of {list(INIT_GRAPHS)}")
+  if mode == "train":
+    return np.asarray(problem.graph.edge_counts)
+  if mode == "prior":
+    if problem.prior_counts is None:
+      raise ValueError("config pheromone.init_graph='prior' needs a problem built with a graph prior "
+                       "(phgpo.problem.prepare_problem(config, need_prior=True), or data.format='authors_graph')")
+    return np.asarray(problem.prior_counts)
+  return None
 
 
 def init_pheromone(config: ml_collections.ConfigDict, problem: Problem) -> pher_lib.PheromoneState:
-  """Pheromone state with tau_init on the graph's edges and tau_min elsewhere (MAX-MIN bounds), and a bank that
-  is empty (`pheromone.bank_seed = 'rollouts'`, the paper's: filled by the policy's own rollouts) or seeded
-  with every training task's gold chain (`'gold'`, `seed_bank_from_gold`)."""
+  """Pheromone state with tau_init on the graph's edges and tau_min elsewhere (MAX-MIN bounds), or, with config
+  `pheromone.init_graph` 'train' / 'prior', rows started from a graph's counts (`init_counts`,
+  `phgpo.pheromone.tau_from_counts`), and a bank that is empty (`pheromone.bank_seed = 'rollouts'`, the paper's:
+  filled by the policy's own rollouts) or seeded with every training task's gold chain (`'gold'`,
+  `seed_bank_from_gold`)."""
   pc = config.pheromone
   g = problem.graph
+  counts = init_counts(config, problem)
   pher = pher_lib.init_pheromone(
       len(g.tool_names), g.template_mask.shape[1], tau_init=pc.tau_init, tau_min=pc.tau_min,
       tau_max=pc.tau_max, template_mask=jnp.asarray(g.template_mask),
       bank_per_edge=pc.bank_per_edge,
-      edge_mask=jnp.asarray(g.edge_mask))
+      edge_mask=jnp.asarray(g.edge_mask),
+      edge_counts=None if counts is None else jnp.asarray(counts))
   if pc.get("bank_seed", "rollouts") == "gold":
     pher = seed_bank_from_gold(pher, problem)
   return pher

@@ -51,6 +51,7 @@ from common import env_pool
 from common import io
 from common import provenance
 from common.lm import stages
+from phgpo import catalogue as catalogue_lib
 from phgpo import classifier_rollout as rollout_lib
 from phgpo import curriculum
 from phgpo import data as data_lib
@@ -65,6 +66,7 @@ from phgpo.problem import Problem
 from phgpo.steps import Compiled, TrainState
 
 SL_STEPS = ("teacher_forced", "all")
+DATA_NAMES = {"traject_bench": "TRAJECT-Bench", "authors_graph": "the PhGPO authors' graph + TRAJECT-Bench queries"}
 POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (phgpo.problem.make_policy)
 
 # The launcher's registry entry (experiments/train.py). Keys that change where and how fast a run computes, not
@@ -73,7 +75,8 @@ POLICY_KINDS = ("encoder_mlp", "retrieval_mlp", "lm")   # config policy.kind (ph
 RESUME_FREE = stages.SCALE_KEYS + env_pool.BACKEND_KEYS
 REPORT_ONLY = ("runs", "table", "reference", "primary", "gate.", "stats.", "seeds", "splits")
 # Keys added after workdirs were written, with the value that reproduces what those workdirs computed.
-ADDED_KEYS = {"rl.block_tasks": 0, "eval.block_tasks": 0}
+ADDED_KEYS = {"rl.block_tasks": 0, "eval.block_tasks": 0, "data.format": "traject_bench", "data.graph_path": "",
+              "graph.min_trajectories": 10, "pheromone.init_graph": "", "ablation.init_graph": "prior"}
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -149,6 +152,15 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config pheromone.bank_seed must be one of {steps.BANK_SEEDS}, got {pc.bank_seed!r}")
   if pc.bank_leakage not in steps.BANK_LEAKAGE:
     raise ValueError(f"config pheromone.bank_leakage must be one of {steps.BANK_LEAKAGE}, got {pc.bank_leakage!r}")
+  if config.data.get("format", "traject_bench") not in catalogue_lib.FORMATS:
+    raise ValueError(f"config data.format must be one of {list(catalogue_lib.FORMATS)}, got {config.data.format!r}")
+  mt = config.graph.get("min_trajectories", 0)
+  if isinstance(mt, bool) or not isinstance(mt, int) or mt < 0:
+    raise ValueError(f"config graph.min_trajectories must be an integer >= 0, got {mt!r}")
+  for key, value in (("pheromone.init_graph", pc.get("init_graph", "")),
+                     ("ablation.init_graph", config.ablation.get("init_graph", "prior"))):
+    if value not in steps.INIT_GRAPHS:
+      raise ValueError(f"config {key} must be one of {list(steps.INIT_GRAPHS)}, got {value!r}")
   if pc.dep_units not in pher_lib.DEP_UNITS:
     raise ValueError(f"config pheromone.dep_units must be one of {pher_lib.DEP_UNITS}, got {pc.dep_units!r}")
   if int(pc.freeze_at) < -1:
@@ -233,6 +245,9 @@ def run_rl(config, problem: Problem, compiled: Compiled, workdir: str, *, seed: 
   rc, cc, pc = config.rl, config.curriculum, config.pheromone
   state = steps.init_state(config, compiled.policy, problem, seed=seed, learning_rate=rc.learning_rate,
                            params=init_params)
+  if len(problem.train_idx) == 0:   # nothing to roll out: the pheromone stays at its start (the graph prior)
+    _write_json(os.path.join(workdir, "first_success.json"), {"first": {}, "visited": {}})
+    return steps.place(state, compiled.policy)
   stage = warmup.open_run(config, workdir, state, compiled.policy)
   ck, state, start, writer = stage.checkpointer, stage.state, stage.start, stage.writer
   fs_path = os.path.join(workdir, "first_success.json")
@@ -309,7 +324,8 @@ class _CompiledCache:
 
   @staticmethod
   def _key(cfg) -> str:
-    keep = {k: v for k, v in cfg.pheromone.to_dict().items() if k not in ("beta_max", "w_max", "freeze_at")}
+    keep = {k: v for k, v in cfg.pheromone.to_dict().items()
+            if k not in ("beta_max", "w_max", "freeze_at", "init_graph")}   # init_graph: the start state only
     return json.dumps([keep, cfg.rl.to_dict(), cfg.sampling.to_dict()], sort_keys=True)
 
   def put(self, cfg, compiled: Compiled) -> None:
@@ -416,7 +432,10 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
     spec = RUN_SPECS[run]
     os.makedirs(rdir, exist_ok=True)
     if spec["kind"] in ("nearest", "vote"):
-      if spec["kind"] == "nearest":
+      if len(problem.train_idx) == 0:
+        log(f"seed {seed} {run}: no training query to copy: every held-out task gets the empty prediction")
+        res = evaluation.empty_prediction(problem, success_threshold=config.eval.success_threshold)
+      elif spec["kind"] == "nearest":
         res = evaluation.nearest_query(problem, success_threshold=config.eval.success_threshold)
       else:
         res = evaluation.vote_query(problem, spec["k"], success_threshold=config.eval.success_threshold)
@@ -459,14 +478,25 @@ def run_seed(config, problem: Problem, compiled: _CompiledCache | Compiled, work
 
 
 def provenance_record(config, problem: Problem) -> dict:
-  """What a table was made from: the code's commit (`common.provenance.code_version`), the config, a sha256 over
-  every file of the TRAJECT-Bench folder (`common.provenance.data_fingerprint`) and one of the query and tool
-  embeddings used (what the embedding cache gave)."""
-  root = data_lib.find_traject_bench(config.data.path or None)
+  """What a table was made from: the code's commit (`common.provenance.code_version`), the config, and the data:
+  its catalogue format (config `data.format`), the folder of its queries (the one the problem was built from:
+  --data_dir / `data.path`, else $TRAJECT_BENCH_DIR, else the shared copy) with a sha256 over every file in it
+  (`common.provenance.data_fingerprint`), the graph file read (the catalogue under 'authors_graph', or the prior)
+  with its own sha256, and one of the query and tool embeddings used (what the embedding cache gave).
+
+  Returns:
+    {'code', 'config', 'data': {'format', 'path', 'sha256', 'embeddings_sha256'[, 'graph_path',
+    'graph_sha256', 'graph_source']}}.
+  """
+  root = problem.data_paths.get("queries") or str(data_lib.find_traject_bench(config.data.path or None))
   emb = hashlib.sha256(np.ascontiguousarray(problem.query_emb, np.float32).tobytes()
                        + np.ascontiguousarray(problem.tool_emb, np.float32).tobytes()).hexdigest()
-  return {"code": provenance.code_version(), "config": json.loads(config.to_json_best_effort()),
-          "data": {"path": str(root), "sha256": provenance.data_fingerprint([str(root)]), "embeddings_sha256": emb}}
+  out = {"format": problem.data_format, "path": str(root), "sha256": provenance.data_fingerprint([str(root)]),
+         "embeddings_sha256": emb}
+  if problem.data_paths.get("graph"):
+    graph = problem.data_paths["graph"]
+    out.update(graph_path=graph, graph_sha256=provenance.data_fingerprint([graph]), graph_source=problem.graph_source)
+  return {"code": provenance.code_version(), "config": json.loads(config.to_json_best_effort()), "data": out}
 
 
 def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], None] = print) -> dict:
@@ -492,12 +522,14 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
       f.write(config.to_json_best_effort(indent=1))
   results, tables, paired, prov, tool_names = {}, [], {}, None, None
   for split in config.splits:
-    problem = problem_lib.prepare_problem(config, split)
+    problem = problem_lib.prepare_problem(config, split, log=log)
     if prov is None:
       prov = provenance_record(config, problem)
-    log(f"TRAJECT-Bench, {split} split: {len(problem.tasks)} tasks ({len(problem.train_idx)} train, "
-        f"{len(problem.eval_idx)} held out), {len(problem.tool_specs)} tools, "
-        f"{int(problem.graph.edge_mask.sum())} graph edges; ready in {time.time() - t0:.0f}s")
+    log(f"{DATA_NAMES.get(problem.data_format, problem.data_format)}, {split} split: {len(problem.tasks)} tasks "
+        f"({len(problem.train_idx)} train, {len(problem.eval_idx)} held out), {len(problem.tool_specs)} tools, "
+        f"{int(problem.graph.edge_mask.sum())} graph edges (from "
+        f"{'the training split' if problem.graph_source == 'train' else 'the graph prior alone'}); data "
+        f"{problem.data_paths['queries']}; ready in {time.time() - t0:.0f}s")
     tool_names = list(problem.graph.tool_names)
     cache = _CompiledCache(problem_lib.make_policy(config, problem), problem)
     sdir = os.path.join(workdir, split)
@@ -514,10 +546,11 @@ def run(config, workdir: str, *, progress: bool = True, log: Callable[[str], Non
     from phgpo import analysis  # pylint: disable=g-import-not-at-top  (matplotlib)
     pictures = analysis.plot_all(workdir, splits=list(config.splits), runs=list(config.runs),
                                  seeds=list(config.seeds), tool_names=tool_names)
-  code = prov["code"]
+  code, dp = prov["code"], prov["data"]
+  graph = (f"; graph {dp['graph_path']} sha256 {dp['graph_sha256'][:16]}" if dp.get("graph_path") else "")
   head = (f"code: commit {code['commit']}{' (uncommitted changes)' if code['dirty'] else ''}; config "
-          f"{config.table}; data sha256 {prov['data']['sha256'][:16]}, embeddings sha256 "
-          f"{prov['data']['embeddings_sha256'][:16]}")
+          f"{config.table}; data format {dp['format']}, {dp['path']} sha256 {dp['sha256'][:16]}{graph}; "
+          f"embeddings sha256 {dp['embeddings_sha256'][:16]}")
   text = head + "\n\n" + "\n\n".join(tables)
   name = f"results_{config.table}"
   full = TABLE_RUNS.get(config.table)

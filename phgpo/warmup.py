@@ -123,6 +123,8 @@ def run_warmup(config, problem: Problem, compiled: Compiled, workdir: str, *, se
   os.makedirs(workdir, exist_ok=True)
   init = steps.place(steps.init_state(config, compiled.policy, problem, seed=seed,
                                       learning_rate=wc.learning_rate), compiled.policy)
+  if len(problem.train_idx) == 0:   # no gold trajectory to fit (phgpo.problem printed so): the initial policy
+    return init
   stage = open_run(config, workdir, init, compiled.policy)
   state, start = stage.state, stage.start
   if select == "validation":

@@ -272,11 +272,12 @@ class FindDataTest(absltest.TestCase):
     self.assertNotEqual(out.returncode, 0, out.stdout)
     err = out.stderr
     self.assertIn("FileNotFoundError: TRAJECT-Bench data not found", err)
-    self.assertIn(f"shared data folder: {missing} (no such folder)", err)
-    self.assertIn("given path: /nonexistent/traject (no such folder)", err)
+    # The given folder is used as given: the error names it, and says the shared copy is only the default.
+    self.assertIn("given path (--data_dir, config data.path): /nonexistent/traject (no such folder)", err)
+    self.assertIn(f"the shared copy {missing} is the default only when", err)
     self.assertIn("https://github.com/PengfeiHePower/TRAJECT-Bench", err)
     self.assertIn("public_data/sequential/<Domain>/traj_query.json", err)
-    self.assertIn(f"to {missing}/", err)
+    self.assertIn("to /nonexistent/traject/", err)
     self.assertIn("TRAJECT_BENCH_DIR", err)
     self.assertFalse(os.path.exists(os.path.join(workdir, "seed0")), os.listdir(workdir))
 
@@ -289,14 +290,29 @@ class FindDataTest(absltest.TestCase):
       os.environ[data.ENV_VAR] = str(toy)
       self.assertEqual(data.find_traject_bench(), toy.resolve())
       os.environ.pop(data.ENV_VAR)
-      with self.assertRaisesRegex(FileNotFoundError, r"given path: .*absent \(no such folder\)"):
+      with self.assertRaisesRegex(FileNotFoundError, r"given path \(--data_dir, config data.path\): .*absent "
+                                  r"\(no such folder\)"):
         data.find_traject_bench(missing)
 
-  def test_shared_first(self):
+  def test_user_data_wins_over_the_shared_copy(self):
+    # Issue 30: the shared copy used to come first, so a run meant for other data trained on it.
     shared = _write_toy(pathlib.Path(self.create_tempdir().full_path))
     other = _write_toy(pathlib.Path(self.create_tempdir().full_path))
-    with mock.patch.object(data, "_default_shared_dir", return_value=shared):
-      self.assertEqual(data.find_traject_bench(other), shared.resolve())
+    env_dir = _write_toy(pathlib.Path(self.create_tempdir().full_path))
+    with mock.patch.object(data, "_default_shared_dir", return_value=shared), mock.patch.dict(os.environ):
+      os.environ.pop(data.ENV_VAR, None)
+      self.assertEqual(data.find_traject_bench(), shared.resolve())          # nothing given: the shared copy
+      self.assertEqual(data.find_traject_bench(""), shared.resolve())        # config data.path '' = not given
+      self.assertEqual(data.find_traject_bench(other), other.resolve())      # --data_dir / data.path
+      os.environ[data.ENV_VAR] = str(env_dir)
+      self.assertEqual(data.find_traject_bench(), env_dir.resolve())         # $TRAJECT_BENCH_DIR
+      self.assertEqual(data.find_traject_bench(other), other.resolve())      # the given path before the variable
+      # A given folder without the data is an error, never a silent fall-back to the shared copy.
+      with self.assertRaisesRegex(FileNotFoundError, "no such folder"):
+        data.find_traject_bench(other / "absent")
+      os.environ[data.ENV_VAR] = str(other / "absent")
+      with self.assertRaisesRegex(FileNotFoundError, r"\$TRAJECT_BENCH_DIR: .*absent \(no such folder\)"):
+        data.find_traject_bench()
 
 
 if __name__ == "__main__":

@@ -345,7 +345,7 @@ class LauncherTest(absltest.TestCase):
   def test_unknown_domain_is_named(self):
     # (The missing-data path itself: tests/phgpo_data_test.py, which hides the shared folder.)
     out = self._run("--config=configs/phgpo_traject.py:smoke", "--workdir=" + self.create_tempdir().full_path,
-                    "--data_dir=/nonexistent/traject", "--config.data.domains=NoSuchDomain")
+                    "--config.data.domains=NoSuchDomain")
     self.assertNotEqual(out.returncode, 0)
     self.assertIn("NoSuchDomain", out.stderr)
 

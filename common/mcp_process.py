@@ -81,6 +81,22 @@ def _leaves(e: BaseException) -> list[BaseException]:
   return [e]
 
 
+def _settled(path: str | None, wait_s: float = 2.0, poll_s: float = 0.1) -> str | None:
+  """`path` once its size has stopped changing for `poll_s` (at most `wait_s`): a sandboxed process's stderr
+  reaches the file through the sandbox's log capper (common.sandbox_guard), which may still be writing the
+  last lines of a traceback when the process has exited; read on error paths only."""
+  if not path:
+    return path
+  last, deadline = -1, time.monotonic() + wait_s
+  while time.monotonic() < deadline:
+    size = os.path.getsize(path) if os.path.exists(path) else 0
+    if size == last:
+      break
+    last = size
+    time.sleep(poll_s)
+  return path
+
+
 def _tail(path: str | None, n: int = 2000) -> str:
   if not path or not os.path.exists(path):
     return ""
@@ -135,7 +151,7 @@ class McpProcess:
         detail = f"no MCP handshake within {timeout_s:.0f} s"
       else:
         detail = "; ".join(f"{type(x).__name__}: {x}" for x in _leaves(e))
-      tail = _tail(self.stderr_path)
+      tail = _tail(_settled(self.stderr_path))
       raise EnvError("start", f"{detail}; exit code {code}; stderr tail:\n{tail}", exit_code=code) from None
 
   async def _start(self) -> None:

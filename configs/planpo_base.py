@@ -41,7 +41,8 @@ Not a config itself (no `get_config`). Keys:
                     Update rows are padded to a multiple of data x fsdp; sampling runs on one device.
   rollout.kv_reuse  the sampler keeps each episode's KV cache across turns and prefills only new tokens (window
                     mode re-renders each prompt, so only the common prefix is reused); False: full re-prefill.
-                    rollout.kv_cache_max_gb: reuse is turned off (with a warning) above this cache size.
+                    rollout.kv_cache_max_gb: the cache pool's budget (0 = no limit): episodes beyond the rows
+                    that fit are re-prefilled each turn (common.lm.sampler); the same tokens at any budget.
   rollout.block_episodes  episodes per sampling block (whole groups: max(1, this // G) tasks; one sampler, one
                     key fold_in(key, block), one batch): a step's and an evaluation's tasks are cut into blocks that
                     the processes of a multi-process run share out (planpo.rollouts.run_blocks), so the samples do

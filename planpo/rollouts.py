@@ -147,9 +147,12 @@ def driver_config(config, *, group_size: int, seed: int) -> rollout_lib.RolloutC
 
 def make_sampler(params, policy, *, key, rows: int, temperature: float, config) -> LMSampler:
   """LMSampler for `rows` episodes at `temperature` (0: greedy), stopping at eos and end-of-turn; KV reuse across
-  turns per `rollout.kv_reuse` (default on). Its batch (and KV cache) has min(rows, `env.workers`) rows: the driver
-  never runs more episodes at once than the pool has workers, and every generate call runs the whole batch, so
-  more rows would only compute padding (128 evaluation episodes on 8 workers: 16x the work)."""
+  turns per `rollout.kv_reuse` (default on) in a cache pool within `rollout.kv_cache_max_gb` GiB (0 = no limit;
+  rows of `rollout.max_context_tokens` slots; episodes beyond it re-prefilled each turn until a row frees, first
+  come, first kept: common.lm.sampler; the tokens do not depend on the budget). Its batch (and KV cache) has
+  min(rows, `env.workers`) rows: the driver never runs more episodes at once than the pool has workers, and
+  every generate call runs the whole batch, so more rows would only compute padding (128 evaluation episodes
+  on 8 workers: 16x the work)."""
   rows = max(1, min(int(rows), int(config.env.workers)))
   return LMSampler(params, policy.model, key=key, rows=rows, max_new_tokens=int(config.rollout.max_response_tokens),
                    temperature=float(temperature),

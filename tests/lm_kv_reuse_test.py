@@ -1,5 +1,6 @@
 """Multi-turn KV reuse in LMSampler and chunked prefill: parity with a full re-prefill, prefill counts, rollback,
-continuous batching (more episodes than rows), the cache-length fallback."""
+continuous batching (more episodes than rows), the cache-length fallback, and the pool under a byte budget
+(fewer cache rows than episodes: the same samples as no budget and as no reuse)."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -203,6 +204,89 @@ class KVReuseTest(parameterized.TestCase):
       np.testing.assert_allclose(o.logprobs, w.logprobs, rtol=1e-5, atol=1e-5)
     with self.assertRaisesRegex(ValueError, "one episode"):
       reuse([_req(3, prompt), _req(3, prompt)])
+
+
+ROW = sampler_lib.row_bytes(CONFIG, 64)                          # one cache row of 64 slots: 8192 bytes (f32)
+
+
+class KVPoolTest(parameterized.TestCase):
+  """The pool under a byte budget: rows first come, first kept; the rest re-prefilled; samples unchanged."""
+
+  def test_pool_rows_and_options(self):
+    self.assertEqual(ROW, 64 * 2 * 2 * 2 * 8 * 4)                       # slots x (k, v) x L x K x hd x f32
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 0), 8)         # no budget: every row
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 3 * ROW - 1), 2)
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 100 * ROW), 8)
+    with self.assertRaisesRegex(ValueError, "cache_len"):
+      sampler_lib.pool_rows(CONFIG, 8, 0, ROW)
+    with self.assertRaisesRegex(ValueError, "cache_len"):
+      _sampler(3, kv_reuse=True, cache_max_bytes=ROW)
+    gib = 2.5 * ROW / 2 ** 30
+    opts = sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=gib, key="gspo")
+    self.assertEqual(opts, {"kv_reuse": True, "cache_len": 64, "cache_max_bytes": int(gib * 2 ** 30)})
+    self.assertEqual(_sampler(8, **opts).pool_rows, 2)
+    with self.assertLogs(level="WARNING") as logs:                       # not even one row: reuse off
+      opts = sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=0.5 * ROW / 2 ** 30,
+                                       key="gspo")
+    self.assertIn("gspo.kv_reuse off", logs.output[0])
+    self.assertEqual(opts, {"kv_reuse": False, "cache_len": 64, "cache_max_bytes": 0})
+    self.assertEqual(sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=0,
+                                               key="gspo")["cache_max_bytes"], 0)
+    # Re-prefill batches of the requests without a pool row.
+    for n, chunk, want in ((1, 512, 1), (3, 512, 4), (64, 512, 64), (65, 512, 128), (384, 512, 384),
+                           (385, 512, 448), (512, 512, 512), (5, 6, 5), (100, 100, 100), (3, 3, 3)):
+      self.assertEqual(sampler_lib.padded_rows(n, chunk), want, (n, chunk))
+
+  @parameterized.named_parameters(("greedy", 0.0, 0), ("sampled", 0.9, 30))
+  def test_budget_below_rows_gives_the_same_tokens_and_logprobs(self, temperature, top_k):
+    # 4 episodes on 3 rows (e3 takes e1's place at tick 2), a pool of 2 rows: e0 and e1 come first and keep
+    # theirs; e2 is re-prefilled at ticks 0 and 1, then takes e1's row (e1 stopped asking) with its whole
+    # context; e3 finds the pool full and is re-prefilled at ticks 2 and 3.
+    episodes = _schedule(np.random.default_rng(10))
+    kw = dict(temperature=temperature, top_k=top_k, cache_len=64)
+    pooled = _sampler(3, kv_reuse=True, cache_max_bytes=2 * ROW + ROW // 2, **kw)
+    self.assertEqual(pooled.pool_rows, 2)
+    unbudgeted = _sampler(3, kv_reuse=True, **kw)
+    reprefill = _sampler(3, kv_reuse=False, **kw)
+    got = _drive(pooled, episodes, STARTS)
+    self.assertLessEqual(pooled.cache_bytes, 2 * ROW + ROW // 2)
+    self.assertEqual(pooled.cache_bytes, 2 * ROW)                        # [L, 2 rows, 64, K, hd] k and v
+    for other in (unbudgeted, reprefill):                                 # same key: same tokens, any layout
+      want = _drive(other, episodes, STARTS)
+      self.assertEqual(len(got), len(want))
+      for (tick, e, ctx, o), (_, e2, ctx2, o2) in zip(got, want):
+        self.assertEqual((e, ctx), (e2, ctx2))
+        self.assertEqual(o.token_ids, o2.token_ids, (tick, e))
+        np.testing.assert_allclose(o.logprobs, o2.logprobs, rtol=1e-5, atol=1e-5)
+    for _, _, ctx, o in got:
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(ctx, o, temperature or 1.0), rtol=1e-5, atol=1e-5)
+    # Prefill: pooled episodes their new tokens only; the others their whole context.
+    ctx = {(tick, e): len(c) for tick, e, c, _ in got}
+    prev = {(tick, e): len(c) + len(o.token_ids) for tick, e, c, o in got}
+    new = lambda tick, e: ctx[tick, e] - prev[tick - 1, e]
+    want_prefill = (ctx[0, 0] + sum(new(t, 0) for t in (1, 2, 3)) + ctx[0, 1] + new(1, 1)
+                    + ctx[0, 2] + ctx[1, 2] + ctx[2, 2] + new(3, 2) + ctx[2, 3] + ctx[3, 3])
+    self.assertNotEqual(episodes[2][0][0], episodes[1][0][0])            # e2 shares no prefix with e1's row
+    self.assertEqual(pooled.prefill_tokens, want_prefill)
+    self.assertEqual(pooled.overflow_requests, 4)
+    self.assertEqual(pooled.prefill_tokens + pooled.reused_tokens, reprefill.prefill_tokens)
+    self.assertLess(unbudgeted.prefill_tokens, pooled.prefill_tokens)
+    self.assertLess(pooled.prefill_tokens, reprefill.prefill_tokens)
+    self.assertEqual(sorted(pooled._episode_row.items()), [(0, 0), (2, 1)])
+
+  def test_same_tokens_in_any_grouping_of_the_requests(self):
+    # Request k of episode e draws with its own key: one call of three, or three calls of one, or another order.
+    rng = np.random.default_rng(11)
+    prompts = {e: _tokens(rng, 5 + 4 * e) for e in range(3)}
+    together = _sampler(3, kv_reuse=True, temperature=1.0)([_req(e, p) for e, p in prompts.items()])
+    alone = _sampler(3, kv_reuse=True, temperature=1.0)
+    apart = {e: alone([_req(e, prompts[e])])[0] for e in (2, 0, 1)}
+    for e, o in enumerate(together):
+      self.assertEqual(o.token_ids, apart[e].token_ids)
+      np.testing.assert_allclose(o.logprobs, apart[e].logprobs, rtol=1e-5, atol=1e-5)
+    # A second request of an episode draws afresh (k = 1), even with the same context.
+    again = alone([_req(0, prompts[0])])[0]
+    self.assertNotEqual(again.token_ids, apart[0].token_ids)
 
 
 class ChunkedPrefillTest(parameterized.TestCase):

@@ -67,14 +67,17 @@ def sampler_options(config, model=None, rows: int = 0) -> dict:
   GiB (0 = no limit). The published setting (512 rollouts x 32k tokens of an 8B model) would need terabytes for
   every row: the pool holds the rows that fit (floor(budget / one row of `env.max_context_tokens` slots)), first
   come, first kept, and the other episodes are re-prefilled each turn until a row frees; reuse is turned off
-  (with a warning) only when not even one row fits. The sampled tokens do not depend on the budget.
-  Without `model`: {'kv_reuse', 'cache_len'} (no budget)."""
+  (with a warning) only when not even one row fits. sample_keys = `gspo.sample_keys` ('request', the default:
+  the sampled tokens do not depend on the budget, on reuse or on `gspo.generate_batch_size`; 'call': the stream
+  before the pool, for the tables made with it; common.lm.sampler).
+  Without `model`: {'kv_reuse', 'cache_len', 'sample_keys'} (no budget)."""
   g = config.gspo
+  keys = {"sample_keys": sampler_lib.check_sample_keys(g.get("sample_keys", "request"), "gspo.sample_keys")}
   if model is None:
-    return {"kv_reuse": bool(g.get("kv_reuse", True)), "cache_len": int(config.env.max_context_tokens)}
-  return sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
-                                   context_tokens=int(config.env.max_context_tokens),
-                                   max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo")
+    return {"kv_reuse": bool(g.get("kv_reuse", True)), "cache_len": int(config.env.max_context_tokens), **keys}
+  return {**sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
+                                      context_tokens=int(config.env.max_context_tokens),
+                                      max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo"), **keys}
 
 
 def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:

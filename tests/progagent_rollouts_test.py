@@ -2,15 +2,17 @@
 
 A GSPO step's sampling on a tiny random model: 2 tasks x G = 3 rollouts through the common driver with the
 step's driver settings (progagent.rollouts.driver_config), sampler options from the config
-(progagent.rollouts.sampler_options: `gspo.kv_reuse`, `gspo.kv_cache_max_gb`), temperature 1, then the step's
-batch (progagent.train.gspo_step_batch). With a budget that holds 2 of the 6 rows the batch equals the
-unbudgeted step's and the reuse-off step's: the same tokens, log-probs to 1e-5, the same advantages.
+(progagent.rollouts.sampler_options: `gspo.kv_reuse`, `gspo.kv_cache_max_gb`, `gspo.sample_keys` 'request'),
+temperature 1, then the step's batch (progagent.train.gspo_step_batch). With a budget that holds 2 of the 6 rows
+the batch equals the unbudgeted step's and the reuse-off step's: the same tokens, log-probs to 1e-5, the same
+advantages. The experiment configs that keep the stream from before the pool ('call') are checked too.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+import pytest
 
 from common import chat as chat_lib
 from common import rollout as rollout_lib
@@ -81,8 +83,8 @@ class BudgetedGSPOStepTest(absltest.TestCase):
 
   def test_a_budget_below_the_rows_gives_the_unbudgeted_step(self):
     gib = 2.5 * sampler_lib.row_bytes(MODEL, CONTEXT) / 2 ** 30          # holds 2 of the 6 rows
-    budgeted, trajs, sampler = _gspo_step(_config(kv_cache_max_gb=gib))
-    self.assertEqual((sampler.rows, sampler.pool_rows), (6, 2))
+    budgeted, trajs, sampler = _gspo_step(_config(kv_cache_max_gb=gib, sample_keys="request"))
+    self.assertEqual((sampler.rows, sampler.pool_rows, sampler.sample_keys), (6, 2, "request"))
     self.assertTrue(sampler.kv_reuse)
     self.assertLessEqual(sampler.cache_bytes, gib * 2 ** 30)
     self.assertGreater(sampler.overflow_requests, 0)
@@ -90,8 +92,8 @@ class BudgetedGSPOStepTest(absltest.TestCase):
     turns = [t.num_turns for t in trajs]
     self.assertGreater(max(turns), 2, turns)                                # multi-turn, and varied
     self.assertGreater(len(set(turns)), 1, turns)
-    unbudgeted, _, full = _gspo_step(_config(kv_cache_max_gb=0.0))
-    off, _, plain = _gspo_step(_config(kv_reuse=False))
+    unbudgeted, _, full = _gspo_step(_config(kv_cache_max_gb=0.0, sample_keys="request"))
+    off, _, plain = _gspo_step(_config(kv_reuse=False, sample_keys="request"))
     self.assertEqual((full.pool_rows, plain.pool_rows), (6, 0))
     self.assertLess(full.prefill_tokens, sampler.prefill_tokens)
     self.assertLess(sampler.prefill_tokens, plain.prefill_tokens)
@@ -103,6 +105,27 @@ class BudgetedGSPOStepTest(absltest.TestCase):
       np.testing.assert_array_equal(budgeted.adv, other.adv)
     self.assertTrue(budgeted.policy.any())
     self.assertGreater(float(np.abs(budgeted.adv).sum()), 0.0)
+
+
+
+class SampleKeysConfigTest(absltest.TestCase):
+
+  @pytest.mark.fast
+  def test_experiment_configs_keep_the_stream_before_the_pool(self):
+    # the issue 26 tables (and their smoke forms) were produced before the KV pool: 'call' reproduces them
+    for variant in ("paradigms_fewshot", "paradigms_fewshot_smoke", "errors_fewshot", "errors_fewshot_smoke",
+                    "paradigms_read", "paradigms_read_smoke"):
+      c = progagent_config.get_config(variant)
+      self.assertEqual(c.gspo.sample_keys, "call", variant)
+      self.assertEqual(rollouts.sampler_options(c)["sample_keys"], "call", variant)
+      self.assertEqual(rollouts.sampler_options(c, MODEL, 8)["sample_keys"], "call", variant)
+    for variant in ("", "smoke", "paradigms"):
+      self.assertEqual(progagent_config.get_config(variant).gspo.sample_keys, "request", variant)
+    self.assertEqual(train.ADDED_KEYS["gspo.sample_keys"], "call")   # workdirs saved before the key
+    c = progagent_config.get_config("smoke")
+    c.gspo.sample_keys = "per_call"
+    with self.assertRaisesRegex(ValueError, r"gspo.sample_keys`='per_call' must be one of \('request', 'call'\)"):
+      train.check_config(c)
 
 
 if __name__ == "__main__":

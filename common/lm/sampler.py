@@ -52,13 +52,31 @@ loop per cache block it uses plus one per re-prefill batch, so a tick with both 
 either alone; a small model on CPU, whose time is mostly per-step overhead, can lose more to that than it saves
 in prefill (benchmarks/kv_pool_bench.py measures both against reuse off).
 
-Sampling does not depend on the layout: request k of episode e (its k-th request to this sampler) draws with
-its own key, fold_in(fold_in(key, e), k), and decode step n with fold_in(that, n) (common.lm.sampling's per-row
-keys), whatever batch, cache block, pool row or re-prefill serves it. So the same key gives the same tokens
-with any budget, with or without KV reuse, and in any grouping of the driver's requests into calls; the
-log-probs agree to float rounding (a full re-prefill and a cached row compute the same keys and values in a
-different order), and a different rounding can only flip a draw between two tokens whose Gumbel-perturbed
-logits tie to float precision.
+Sampling keys (sample_keys; config keys `gspo.sample_keys` in ProgAgent, `rollout.sample_keys` in PlanPO), one of
+SAMPLE_KEYS:
+  'request' (the default, and the configs' default for new runs): sampling does not depend on the layout. Request
+     k of episode e (its k-th request to this sampler) draws with its own key, fold_in(fold_in(key, e), k), and
+     decode step n with fold_in(that, n) (common.lm.sampling's per-row keys), whatever batch, cache block, pool
+     row or re-prefill serves it. So the same key gives the same tokens with any budget, with or without KV
+     reuse, with any chunk_rows and in any grouping of the driver's requests into calls; the log-probs agree to
+     float rounding (a full re-prefill and a cached row compute the same keys and values in a different order),
+     and a different rounding can only flip a draw between two tokens whose Gumbel-perturbed logits tie to
+     float precision.
+  'call': the random stream of the sampler before the pool (commit 30ed640 and earlier), kept so that runs and
+     tables made with it are reproduced exactly (the issue 25 and 26 experiment configs set it, and the trainers'
+     ADDED_KEYS give it to workdirs saved before the key existed). Call t (the t-th call) has the call key
+     fold_in(key, t): one key for a whole batch, split at every decode step, so a row's draws depend on where it
+     sits. Without reuse, chunk c of the call (chunk_rows requests in request order) draws with
+     fold_in(call key, c), its batch padded to chunk_rows rows. With reuse, cache block b (pool rows
+     b x chunk_rows onwards) draws with fold_in(call key, b), every block chunk_rows rows (the last one padded,
+     its padding never used), and the re-prefills (requests too long for a cache row) in batches c of up to
+     chunk_rows requests, in request order, with fold_in(call key, 1_000_003 + c), padded to chunk_rows rows.
+     Without a budget below the rows (pool_rows = rows) the tokens and log-probs are bit-identical to that
+     sampler's; the block padding can then take the cache above a budget by fewer than chunk_rows rows, as it
+     did. With a budget below the rows, the requests the full pool leaves without a row join the re-prefill
+     batches and their keys (the blocks then hold pool_rows rows in all, as in 'request'), so the samples depend
+     on the budget (and, in every case, on KV reuse, chunk_rows and the batching). The sampler before the pool
+     turned reuse off when the budget could not hold every row: kv_reuse=False reproduces such a run.
 """
 
 from __future__ import annotations
@@ -128,11 +146,42 @@ def reuse_options(model: ModelConfig, *, enabled: bool, rows: int, context_token
   return {"kv_reuse": reuse, "cache_len": int(context_tokens), "cache_max_bytes": budget if reuse else 0}
 
 
+# LMSampler(sample_keys=...): the module doc's two key layouts; 'request' is the default
+SAMPLE_KEYS = ("request", "call")
+
+
+def check_sample_keys(value, key: str = "sample_keys") -> str:
+  """`value` if it is one of SAMPLE_KEYS ('request' | 'call', module doc).
+
+  Raises:
+    ValueError: naming `key` (e.g. the config key 'gspo.sample_keys') and the valid values.
+  """
+  if not isinstance(value, str) or value not in SAMPLE_KEYS:
+    raise ValueError(f"{key}={value!r} must be one of {SAMPLE_KEYS}: 'request' (per-request keys, samples "
+                     "independent of batching, KV reuse and budget; the default) or 'call' (one key per call and "
+                     "block: the stream of the sampler before the KV pool, common.lm.sampler)")
+  return value
+
+
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
   """Length of the longest common prefix of two i32 token arrays."""
   n = min(len(a), len(b))
   neq = np.flatnonzero(a[:n] != b[:n])
   return int(neq[0]) if neq.size else n
+
+
+def pool_blocks(rows: int, chunk_rows: int, pool: int, sample_keys: str = "request") -> list[int]:
+  """Rows of each KV cache block of an LMSampler of `rows` rows, `chunk_rows` rows per call (0 = all) and a pool of
+  `pool` rows (`pool_rows`): blocks of min(chunk, pool) rows, the last one holding what is left of the pool;
+  sample_keys 'call' with every row pooled (pool = rows): every block chunk rows, the last one padded (the layout
+  before the pool, module doc). [] without a pool."""
+  chunk = chunk_rows if 0 < chunk_rows < rows else rows
+  if pool <= 0:
+    return []
+  if sample_keys == "call" and pool == rows:
+    return [chunk] * -(-rows // chunk)
+  block = max(1, min(chunk, pool))
+  return [min(block, pool - b) for b in range(0, pool, block)]
 
 
 @jax.jit
@@ -155,12 +204,13 @@ class LMSampler:
   """The driver's Policy for a language model: batched generation, with multi-turn KV reuse in a pool of cache
   rows held up to a byte budget (module doc).
 
-  Request k of episode e (its k-th to this sampler) samples with fold_in(fold_in(key, e), k): the tokens do not
-  depend on the batching, on KV reuse or on the budget (module doc). Without KV reuse the batch is padded to
-  chunk_rows rows (absent episodes become 1-token rows with a 0-token limit) and the prompt to a length bucket
-  (`lengths.buckets`), so a rollout compiles once per bucket; with it, once per (suffix bucket, cache-length
-  bucket), plus the re-prefills of what the pool does not hold (per `padded_rows` size and prompt bucket).
-  The log-probs equal a full re-prefill's to float rounding.
+  With sample_keys 'request' (the default), request k of episode e (its k-th to this sampler) samples with
+  fold_in(fold_in(key, e), k): the tokens do not depend on the batching, on KV reuse or on the budget; 'call' keeps
+  the stream of the sampler before the pool, one key per call and block (module doc). Without KV reuse the batch is
+  padded to chunk_rows rows (absent episodes become 1-token rows with a 0-token limit) and the prompt to a length
+  bucket (`lengths.buckets`), so a rollout compiles once per bucket; with it, once per (suffix bucket, cache-length
+  bucket), plus the re-prefills of what the pool does not hold (per `padded_rows` size and prompt bucket). The
+  log-probs equal a full re-prefill's to float rounding.
 
   Args:
     params: model parameters (committed to one device here). Assigning sampler.params empties the cache.
@@ -179,22 +229,26 @@ class LMSampler:
     cache_max_bytes: the pool's budget in bytes (`gspo.kv_cache_max_gb` / `rollout.kv_cache_max_gb` x 2**30,
       through `reuse_options`; 0 = no limit): the pool holds `pool_rows` rows of cache_len slots.
     prefill_chunk: prompt tokens prefilled per block (common.lm.sampling.generate; 0 = one block).
+    sample_keys: 'request' (default) or 'call' (SAMPLE_KEYS, module doc; config keys `gspo.sample_keys`,
+      `rollout.sample_keys`).
   Attributes:
     pool_rows: cache rows the pool holds (rows without a budget; 0 without reuse).
     prefill_tokens: tokens run through prefill so far (real tokens, padding not counted).
-    cache_bytes: bytes of KV cache held now (at most cache_max_bytes).
+    cache_bytes: bytes of KV cache held now (at most cache_max_bytes; 'call' without a budget below the rows:
+      plus the last block's padding).
     reused_tokens: context tokens served from the cache instead (0 without reuse).
     overflow_requests: requests re-prefilled because the pool was full (0 without a budget below rows).
     calls: policy calls so far.
   Raises:
-    ValueError: cache_max_bytes > 0 with cache_len 0; on call: more requests than rows, an empty context, or
-      two requests of one episode.
+    ValueError: cache_max_bytes > 0 with cache_len 0, or sample_keys not in SAMPLE_KEYS; on call: more requests
+      than rows, an empty context, or two requests of one episode.
   """
 
   def __init__(self, params, model: ModelConfig, *, key, rows: int, max_new_tokens: int, temperature: float,
                top_k: int = 0, top_p: float = 1.0, stop_tokens: Sequence[int], pad_id: int,
                buckets: Sequence[int] = (), chunk_rows: int = 0, kv_reuse: bool = True, cache_len: int = 0,
-               cache_max_bytes: int = 0, prefill_chunk: int = 2048):
+               cache_max_bytes: int = 0, prefill_chunk: int = 2048, sample_keys: str = "request"):
+    self.sample_keys = check_sample_keys(sample_keys)
     self.model, self.key, self.rows = model, key, rows
     self.max_new_tokens = max_new_tokens
     self.sampling = sampling.SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -207,7 +261,8 @@ class LMSampler:
     self.cache_len = int(cache_len or 0)
     self.cache_max_bytes = int(cache_max_bytes or 0)
     self.pool_rows = pool_rows(model, rows, self.cache_len, self.cache_max_bytes) if self.kv_reuse else 0
-    self.block_rows = max(1, min(self.chunk, self.pool_rows))
+    self.block_rows = max(1, min(self.chunk, self.pool_rows))   # pool row r is in block r // block_rows
+    self._block_rows = pool_blocks(rows, self.chunk, self.pool_rows, self.sample_keys)   # rows of each block
     self.prefill_chunk = int(prefill_chunk or 0)
     self.calls = 0
     self.prefill_tokens = 0
@@ -227,8 +282,7 @@ class LMSampler:
 
   def reset(self) -> None:
     """Empty the KV cache (every row free, nothing cached). Counters are kept."""
-    nblocks = -(-self.pool_rows // self.block_rows)
-    self._blocks: list[model_lib.KVCache | None] = [None] * nblocks
+    self._blocks: list[model_lib.KVCache | None] = [None] * len(self._block_rows)
     self._row_episode: list[int | None] = [None] * self.pool_rows
     self._row_tokens: list[np.ndarray] = [np.zeros(0, np.int32) for _ in range(self.pool_rows)]
     self._row_used = [-1] * self.pool_rows
@@ -264,14 +318,17 @@ class LMSampler:
       k = self._asked.get(e, 0)
       self._asked[e] = k + 1
       draws.append((e % 2 ** 32, k % 2 ** 32))
+    # 'call': this call's key (module doc); None: per-request keys
+    call_key = jax.random.fold_in(self.key, self.calls) if self.sample_keys == "call" else None
     self.calls += 1
     if self.kv_reuse:
-      return self._call_reuse(requests, draws)
+      return self._call_reuse(requests, draws, call_key)
     out = []
-    for i in range(0, n, self.chunk):   # chunks of `chunk` rows (the last one padded)
+    for c, i in enumerate(range(0, n, self.chunk)):   # chunks of `chunk` rows (the last one padded)
       part = range(i, min(n, i + self.chunk))
+      key = self._keys([draws[j] for j in part], self.chunk) if call_key is None else jax.random.fold_in(call_key, c)
       out += self._generate([requests[j].token_ids for j in part], [requests[j].max_new_tokens for j in part],
-                            [draws[j] for j in part], self.chunk)
+                            key, self.chunk)
     return out
 
   def _keys(self, draws, m: int):
@@ -283,15 +340,15 @@ class LMSampler:
   # ------------------------------------------------------------------------------------------------
   # Full re-prefill.
 
-  def _generate(self, contexts, max_new, draws, m: int) -> list[policy_io.PolicyOutput]:
-    """One common.lm.sampling.generate call on the contexts, padded to m rows."""
+  def _generate(self, contexts, max_new, key, m: int) -> list[policy_io.PolicyOutput]:
+    """One common.lm.sampling.generate call on the contexts, padded to m rows; key: one key, or m (`_keys`)."""
     n = len(contexts)
     ctx = [list(c) for c in contexts] + [[self.pad_id]] * (m - n)
     limit = np.zeros(m, np.int32)
     limit[:n] = np.minimum(np.asarray(max_new, np.int32), self.max_new_tokens)
     ids, mask = sampling.left_pad(ctx, pad_id=self.pad_id, buckets=self.buckets)
     self.prefill_tokens += sum(len(c) for c in contexts)
-    out = sampling.generate(self.params, jnp.asarray(ids), jnp.asarray(mask), commit(self._keys(draws, m)),
+    out = sampling.generate(self.params, jnp.asarray(ids), jnp.asarray(mask), commit(key),
                             config=self.model, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
                             stop_tokens=self.stop, row_max_new_tokens=jnp.asarray(limit), pad_id=self.pad_id,
                             prefill_chunk=self.prefill_chunk)
@@ -334,8 +391,8 @@ class LMSampler:
     return rows
 
   def _block_size(self, b: int) -> int:
-    """Rows of cache block b (the last one holds what is left of pool_rows)."""
-    return min(self.block_rows, self.pool_rows - b * self.block_rows)
+    """Rows of cache block b (`pool_blocks`)."""
+    return self._block_rows[b]
 
   def _block_cache(self, b: int, need: int) -> model_lib.KVCache:
     """Block b's cache with at least `need` slots (allocated, or grown to max(bucket, twice its length); never
@@ -360,7 +417,8 @@ class LMSampler:
     self._blocks[b] = cache
     return cache
 
-  def _call_reuse(self, requests, draws) -> list[policy_io.PolicyOutput]:
+  def _call_reuse(self, requests, draws, call_key) -> list[policy_io.PolicyOutput]:
+    """One call with KV reuse; call_key: the call's key ('call', module doc), or None (per-request keys)."""
     ctxs = [np.asarray(r.token_ids, np.int32) for r in requests]
     limits = [self._limit(r) for r in requests]
     fits = [not self.cache_len or len(c) + m <= self.cache_len for c, m in zip(ctxs, limits)]
@@ -374,21 +432,26 @@ class LMSampler:
     self.overflow_requests += sum(r < 0 for r in rows)
     over = sorted(set(range(len(requests))) - {i for i, _ in pooled})
     outs: list[policy_io.PolicyOutput | None] = [None] * len(requests)
-    for j in range(0, len(over), self.chunk):   # without a pool row: re-prefilled (`padded_rows`)
+    for c, j in enumerate(range(0, len(over), self.chunk)):   # without a pool row: re-prefilled
       part = over[j:j + self.chunk]
-      res = self._generate([requests[i].token_ids for i in part], [limits[i] for i in part],
-                           [draws[i] for i in part], padded_rows(len(part), self.chunk))
+      if call_key is None:   # `padded_rows`
+        m = padded_rows(len(part), self.chunk)
+        key = self._keys([draws[i] for i in part], m)
+      else:                  # the layout before the pool: chunk rows, key fold_in(call key, 1_000_003 + c)
+        m, key = self.chunk, jax.random.fold_in(call_key, 1_000_003 + c)
+      res = self._generate([requests[i].token_ids for i in part], [limits[i] for i in part], key, m)
       for i, o in zip(part, res):
         outs[i] = o
     by_block: dict[int, list[tuple[int, int]]] = {}
     for i, r in pooled:
       by_block.setdefault(r // self.block_rows, []).append((i, r))
     for b, members in sorted(by_block.items()):
-      self._run_block(b, members, ctxs, limits, draws, outs)
+      self._run_block(b, members, ctxs, limits, draws, outs, call_key)
     return outs
 
-  def _run_block(self, b, members, ctxs, limits, draws, outs) -> None:
-    """One generate_cached call on block b for its (request index, row) members."""
+  def _run_block(self, b, members, ctxs, limits, draws, outs, call_key) -> None:
+    """One generate_cached call on block b for its (request index, row) members; keys per request, or
+    fold_in(call_key, b) ('call')."""
     m, first = self._block_size(b), b * self.block_rows
     start, count = np.zeros(m, np.int32), np.zeros(m, np.int32)
     limit = np.zeros(m, np.int32)
@@ -407,7 +470,8 @@ class LMSampler:
     cache = self._block_cache(b, int((start + count + limit).max()))
     out, cache = sampling.generate_cached(
         self.params, cache, jnp.asarray(suffix), jnp.asarray(start), jnp.asarray(count),
-        commit(_request_keys(self.key, block_draws)), config=self.model, max_new_tokens=self.max_new_tokens,
+        commit(_request_keys(self.key, block_draws) if call_key is None else jax.random.fold_in(call_key, b)),
+        config=self.model, max_new_tokens=self.max_new_tokens,
         sampling=self.sampling, stop_tokens=self.stop, row_max_new_tokens=jnp.asarray(limit),
         pad_id=self.pad_id, prefill_chunk=self.prefill_chunk)
     self._blocks[b] = cache

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "pheromone": "benchmarks.pheromone_bench",
     "env": "benchmarks.env_bench",
     "lm": "benchmarks.lm_bench",
+    "kv_pool": "benchmarks.kv_pool_bench",
     "progagent": "benchmarks.progagent_bench",
     "progagent_model": "benchmarks.progagent_model_bench",
     "mcp_cold_start": "benchmarks.mcp_cold_start",

@@ -44,8 +44,9 @@ Per device (each row of the table):
   opt     exact: the optimizer state, float32 master weights included (common.lm.training.state_shardings)
   ref     exact: PlanPO's frozen KL reference parameters (`planpo.kl_coef` > 0), resident the whole step
   KV      exact: the KV cache rows held, [L, B, S, K, hd] in the compute dtype, B over (data, fsdp) and K over
-          tensor (the rules' 'batch' and 'kv_heads'): every row with KV reuse (LMSampler keeps all blocks), one
-          block without
+          tensor (the rules' 'batch' and 'kv_heads'): with KV reuse the pool's blocks (LMSampler keeps them all:
+          every row, or the rows the config's `*.kv_cache_max_gb` budget holds plus one block of chunk rows for
+          the others' re-prefill; `kv_bytes`), one block without
   act     measured: XLA's temporary allocation of the compiled program (memory_analysis().temp_size_in_bytes):
           activations, gradients and their float32 accumulators, optimizer temporaries, attention and logit blocks
   io      measured: the program's other inputs (batch rows, the sampler's suffix) and its outputs that alias no
@@ -205,12 +206,16 @@ class Setting:
     micro_rows: the config's rows per micro-batch (0 = one pass).
     sample_rows: episodes (rows) the sampler holds; sample_chunk_rows: rows per generate call (a cache block).
     sample_context: KV slots per row (the context limit); sample_new: tokens generated per call (0: no sampler).
-    kv_reuse: the config's multi-turn KV reuse, after the trainers' size guard (common.lm.sampler.reuse_options).
+    kv_reuse: the config's multi-turn KV reuse, after the trainers' size guard (common.lm.sampler.reuse_options:
+      off only when not even one row fits the budget).
     one_block: the sampler's rows per call are all its rows (PlanPO: `env.workers` rows, no block size), so fewer
       rows per call means fewer episodes at once and KV reuse never keeps other blocks.
     reference: a frozen copy of the parameters is resident (a KL reference).
     keys: config keys printed with a rung: 'remat', 'micro', 'sample_rows', 'kv_reuse'.
     describe: one line of sizes for the table's header.
+    kv_pool_rows: rows of the sampler's KV pool within the config's `*.kv_cache_max_gb` budget
+      (common.lm.sampler.pool_rows; sample_rows when they all fit, 0 without reuse).
+    sample_keys: the config's `*.sample_keys` ('request' | 'call': the pool's block layout, pool_blocks).
   """
   name: str
   method: str
@@ -229,6 +234,8 @@ class Setting:
   reference: bool
   keys: dict
   describe: str
+  kv_pool_rows: int = 0
+  sample_keys: str = "request"
 
 
 def _set(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
@@ -312,9 +319,11 @@ def build_setting(config: ml_collections.ConfigDict, *, backbone: str | None = N
       model = model.with_lora(rank=rank, alpha=float(config.model.lora_alpha), targets=tuple(config.model.lora_targets))
     rows = int(g.tasks_per_step) * int(g.rollouts_per_task)
     length = sampling.bucket_length(int(e.max_context_tokens), buckets=tuple(config.lengths.buckets))
-    reuse = sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
-                                      context_tokens=int(e.max_context_tokens),
-                                      max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo")["kv_reuse"]
+    opts = sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
+                                     context_tokens=int(e.max_context_tokens),
+                                     max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo")
+    reuse = opts["kv_reuse"]
+    pool = sampler_lib.pool_rows(model, rows, opts["cache_len"], opts["cache_max_bytes"]) if reuse else 0
     upd = rows // int(g.minibatches)
     return Setting(name, method, config, model, bname, upd, length, int(g.micro_batch_size), rows,
                    int(g.generate_batch_size) or rows, int(e.max_context_tokens), int(e.max_response_tokens),
@@ -323,7 +332,8 @@ def build_setting(config: ml_collections.ConfigDict, *, backbone: str | None = N
                         kv_reuse="gspo.kv_reuse"),
                    f"update {upd} rows x {length:,} tokens ({g.tasks_per_step} tasks x {g.rollouts_per_task} "
                    f"rollouts / {g.minibatches} minibatches); sampler {rows} rows x {int(e.max_context_tokens):,} "
-                   f"KV slots, {int(e.max_response_tokens):,} new tokens")
+                   f"KV slots, {int(e.max_response_tokens):,} new tokens",
+                   kv_pool_rows=pool, sample_keys=str(g.get("sample_keys", "request")))
   if method == "planpo":
     from planpo import rollouts as planpo_rollouts  # pylint: disable=g-import-not-at-top
     rl, ro, e = config.rl, config.rollout, config.env
@@ -334,9 +344,11 @@ def build_setting(config: ml_collections.ConfigDict, *, backbone: str | None = N
     upd = -(-step_rows // int(rl.minibatches))
     length = sampling.bucket_length(int(ro.max_context_tokens), buckets=planpo_rollouts.LENGTH_BUCKETS)
     rows = max(1, min(episodes, int(e.workers)))
-    reuse = sampler_lib.reuse_options(model, enabled=ro.get("kv_reuse", True), rows=rows,
-                                      context_tokens=int(ro.max_context_tokens),
-                                      max_gib=float(ro.get("kv_cache_max_gb", 32.0)), key="rollout")["kv_reuse"]
+    opts = sampler_lib.reuse_options(model, enabled=ro.get("kv_reuse", True), rows=rows,
+                                     context_tokens=int(ro.max_context_tokens),
+                                     max_gib=float(ro.get("kv_cache_max_gb", 32.0)), key="rollout")
+    reuse = opts["kv_reuse"]
+    pool = sampler_lib.pool_rows(model, rows, opts["cache_len"], opts["cache_max_bytes"]) if reuse else 0
     return Setting(name, method, config, model, bname, upd, length, int(rl.micro_batch_size), rows, rows,
                    int(ro.max_context_tokens), int(ro.max_response_tokens), bool(reuse), True,
                    float(config.planpo.kl_coef) > 0,
@@ -345,7 +357,7 @@ def build_setting(config: ml_collections.ConfigDict, *, backbone: str | None = N
                    f"update {upd} turn rows x {length:,} tokens ({rl.tasks_per_step} tasks x {rl.rollouts_per_task} "
                    f"rollouts x {e.max_turns} turns / {rl.minibatches} minibatches); sampler {rows} rows x "
                    f"{int(ro.max_context_tokens):,} KV slots, {int(ro.max_response_tokens)} new tokens; "
-                   f"KL reference resident")
+                   f"KL reference resident", kv_pool_rows=pool, sample_keys=str(ro.get("sample_keys", "request")))
   if method == "phgpo_compare":
     if config.policy.kind != "lm":
       raise ValueError(f"PhGPO's policy.kind={config.policy.kind!r} is not a language model; plan it with "
@@ -488,7 +500,7 @@ class UpdateOption(NamedTuple):
 
 
 class SampleOption(NamedTuple):
-  """chunk_rows: rows per sampler call (one KV block); kv_reuse: every block stays resident."""
+  """chunk_rows: rows per sampler call (one KV block); kv_reuse: the pool's blocks stay resident (`kv_bytes`)."""
   chunk_rows: int
   kv_reuse: bool
 
@@ -670,11 +682,26 @@ def update_row(setting: Setting, st: State, mesh, opt: UpdateOption, *, donate: 
              True, seconds, arguments)
 
 
+def kv_pool(setting: Setting, opt: SampleOption) -> tuple[int, int]:
+  """(sampler rows, KV pool rows) of the sampler option `opt`: the pool holds min(rows, `kv_pool_rows`) (the rows
+  within the budget); PlanPO's one block has opt.chunk_rows rows (`env.workers`). Pool 0 without reuse."""
+  rows = opt.chunk_rows if setting.one_block else setting.sample_rows
+  return rows, (min(rows, setting.kv_pool_rows) if opt.kv_reuse else 0)
+
+
 def kv_bytes(setting: Setting, mesh, opt: SampleOption) -> tuple[int, int]:
-  """(one block's, all resident blocks') KV-cache bytes per device of the sampler option `opt`."""
-  block = device_bytes(kv_cache(setting, mesh, opt.chunk_rows)) if setting.sample_new else 0
-  blocks = -(-setting.sample_rows // opt.chunk_rows) if opt.kv_reuse and not setting.one_block else 1
-  return block, block * blocks
+  """(one block's, all resident) KV-cache bytes per device of the sampler option `opt`: one block of opt.chunk_rows
+  rows without reuse; with it the pool's blocks (common.lm.sampler.pool_blocks: `kv_pool`), plus one block of
+  chunk rows when the pool holds fewer rows than the sampler (the others' re-prefill, beside the pool)."""
+  if not setting.sample_new:
+    return 0, 0
+  block = device_bytes(kv_cache(setting, mesh, opt.chunk_rows))
+  rows, pool = kv_pool(setting, opt)
+  if not pool:
+    return block, block
+  held = sum(device_bytes(kv_cache(setting, mesh, n))
+             for n in sampler_lib.pool_blocks(rows, opt.chunk_rows, pool, setting.sample_keys))
+  return block, held + (block if pool < rows else 0)
 
 
 def sample_row(setting: Setting, st: State, mesh, opt: SampleOption, *, budget: float) -> Row:
@@ -682,9 +709,10 @@ def sample_row(setting: Setting, st: State, mesh, opt: SampleOption, *, budget: 
   shards = training.batch_shards(mesh)
   block, kv = kv_bytes(setting, mesh, opt)
   if setting.sample_new:
+    rows, pool = kv_pool(setting, opt)
     label = (f"{opt.chunk_rows} row{'s' if opt.chunk_rows > 1 else ''}/call ({-(-opt.chunk_rows // shards)}/device), "
              "KV reuse "
-             + ("on" if opt.kv_reuse else "off"))
+             + ("off" if not opt.kv_reuse else "on" if pool == rows else f"on, a pool of {pool} of {rows} rows"))
     keys = {setting.keys["sample_rows"]: opt.chunk_rows, setting.keys["kv_reuse"]: opt.kv_reuse}
   else:
     label, keys = f"{opt.chunk_rows} states forward, no KV cache", {}

@@ -41,7 +41,12 @@ Not a config itself (no `get_config`). Keys:
                     Update rows are padded to a multiple of data x fsdp; sampling runs on one device.
   rollout.kv_reuse  the sampler keeps each episode's KV cache across turns and prefills only new tokens (window
                     mode re-renders each prompt, so only the common prefix is reused); False: full re-prefill.
-                    rollout.kv_cache_max_gb: reuse is turned off (with a warning) above this cache size.
+                    rollout.kv_cache_max_gb: the cache pool's budget (0 = no limit): episodes beyond the rows
+                    that fit are re-prefilled each turn (common.lm.sampler).
+  rollout.sample_keys  the sampler's random keys (common.lm.sampler): 'request' (default) draws each episode's
+                    turn with its own key, the same tokens at any budget, with or without reuse; 'call' is the
+                    stream before the KV pool (one key per call and cache block), which the tables made before it
+                    need (configs/planpo_twx.py:explore; workdirs saved without the key resume with 'call').
   rollout.block_episodes  episodes per sampling block (whole groups: max(1, this // G) tasks; one sampler, one
                     key fold_in(key, block), one batch): a step's and an evaluation's tasks are cut into blocks that
                     the processes of a multi-process run share out (planpo.rollouts.run_blocks), so the samples do
@@ -99,7 +104,8 @@ def base_config() -> ml_collections.ConfigDict:
                backend="local", ray_address="")
   w = win_lib.WindowConfig()
   c.rollout = dict(mode="window", max_response_tokens=96, max_context_tokens=4096, max_observation_chars=1200,
-                   window=dict(w._asdict()), kv_reuse=True, kv_cache_max_gb=32.0, block_episodes=0)
+                   window=dict(w._asdict()), kv_reuse=True, kv_cache_max_gb=32.0, block_episodes=0,
+                   sample_keys="request")
   c.model = schema.model_config(checkpoint="tiny:qwen2", tiny_vocab=2000,
                                  tiny_sizes=dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
                                                  intermediate_size=256))

@@ -115,6 +115,9 @@ def explore(smoke: bool = False, rooms: int = 9) -> ml_collections.ConfigDict:
   c.env.train_tasks, c.env.eval_tasks, c.env.max_turns = 64, 64, 40
   c.rl.eval_samples = 2
   c.rollout.window.summary = True
+  # 'call': the sampler's random stream before the KV pool (common.lm.sampler), so that 'explore', 'explore_smoke'
+  # and 'explore_coin11' reproduce the explorer table produced before it (issue 25)
+  c.rollout.sample_keys = "call"
   c.sft.source = "explorers"
   c.sft.explorers = ("random", "memory_walk")
   c.sft.explorer_rollouts = 2

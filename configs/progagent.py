@@ -102,6 +102,11 @@ def default_config() -> ml_collections.ConfigDict:
   c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
                 top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
                 logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,
+                # the sampler's random keys (common.lm.sampler): 'request' draws each episode's turn with its own
+                # key (the same tokens at any kv_cache_max_gb, kv_reuse, generate_batch_size); 'call': the stream
+                # before the KV pool, one key per call and cache block (the tables made before it; workdirs saved
+                # without the key resume with 'call')
+                sample_keys="request",
                 # a rollout with a reply cut by env.max_response_tokens: 'keep' trains on it (verl); 'mask': it
                 # leaves the loss (DAPO's overlong filtering); progagent.updates.gspo_batch
                 truncated_responses="keep",
@@ -259,6 +264,9 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   c.gspo.steps = 0
   c.gspo.generate_batch_size = 8
   c.gspo.kv_reuse = True
+  # 'call': the sampler's random stream before the KV pool (common.lm.sampler), so that this config (and
+  # paradigms_read, errors_fewshot, built from it) reproduces the tables produced before it (issue 26)
+  c.gspo.sample_keys = "call"
   c.env.max_turns = 6
   c.env.max_context_tokens = 8192
   c.env.max_response_tokens = 256
@@ -291,6 +299,7 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
   1000-1001, v0..v3, 2 samples, pass@1 / pass@2) with the rows that must score 0. `smoke` (tests): a tiny budget.
   """
   c = paradigms_fewshot()
+  c.gspo.sample_keys = "call"      # the stream before the KV pool: reproduces the table made before it (issue 26)
   c.fewshot.task = ""
   c.sft.enabled = True
   c.sft.oracle_seeds = tuple(range(30))
@@ -337,6 +346,7 @@ def errors_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   common.rollout.RolloutConfig.max_calls_per_turn). `smoke` (tests): 2 tasks, one seed, 96-token replies.
   """
   c = paradigms_fewshot()
+  c.gspo.sample_keys = "call"      # the stream before the KV pool: reproduces the table made before it (issue 26)
   c.tasks = ("tag:errors",)
   c.paradigms.normalize_errors = (False, True)
   c.eval.levels = (0,)

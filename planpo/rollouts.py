@@ -147,14 +147,20 @@ def driver_config(config, *, group_size: int, seed: int) -> rollout_lib.RolloutC
 
 def make_sampler(params, policy, *, key, rows: int, temperature: float, config) -> LMSampler:
   """LMSampler for `rows` episodes at `temperature` (0: greedy), stopping at eos and end-of-turn; KV reuse across
-  turns per `rollout.kv_reuse` (default on). Its batch (and KV cache) has min(rows, `env.workers`) rows: the driver
-  never runs more episodes at once than the pool has workers, and every generate call runs the whole batch, so
-  more rows would only compute padding (128 evaluation episodes on 8 workers: 16x the work)."""
+  turns per `rollout.kv_reuse` (default on) in a cache pool within `rollout.kv_cache_max_gb` GiB (0 = no limit;
+  rows of `rollout.max_context_tokens` slots; episodes beyond it re-prefilled each turn until a row frees, first
+  come, first kept: common.lm.sampler) and the sampling keys of `rollout.sample_keys` ('request', the default: the
+  tokens do not depend on the budget or on reuse; 'call': the stream before the pool, for the tables made with it).
+  Its batch (and KV cache) has min(rows, `env.workers`) rows: the driver never runs more episodes at once than the
+  pool has workers, and every generate call runs the whole batch, so more rows would only compute padding (128
+  evaluation episodes on 8 workers: 16x the work)."""
   rows = max(1, min(int(rows), int(config.env.workers)))
   return LMSampler(params, policy.model, key=key, rows=rows, max_new_tokens=int(config.rollout.max_response_tokens),
                    temperature=float(temperature),
                    stop_tokens=tuple(policy.model.eos_token_ids) + tuple(policy.chat.stop_ids),
                    pad_id=policy.model.pad_token_id or 0, buckets=LENGTH_BUCKETS,
+                   sample_keys=sampler_lib.check_sample_keys(config.rollout.get("sample_keys", "request"),
+                                                             "rollout.sample_keys"),
                    **sampler_lib.reuse_options(policy.model, enabled=config.rollout.get("kv_reuse", True), rows=rows,
                                                context_tokens=int(config.rollout.max_context_tokens),
                                                max_gib=float(config.rollout.get("kv_cache_max_gb", 32.0)),

@@ -70,6 +70,7 @@ from common import provenance
 from common import rollout as rollout_lib
 from common.envs import base as envs_base
 from common.lm import model as model_lib
+from common.lm import sampler as sampler_lib
 from common.lm import sampling
 from common.lm import stages
 from common.lm import training
@@ -92,7 +93,8 @@ RL_METHODS = ("grpo", "gigpo", "planpo")
 RESUME_FREE = stages.SCALE_KEYS + env_pool.BACKEND_KEYS + ("rollout.kv_reuse", "rollout.kv_cache_max_gb")
 REPORT_ONLY = ("runs", "table", "reference", "stats.", "gate.", "primary", "precheck.")
 # keys added later -> the value that does what was done without them
-ADDED_KEYS = {"rl.truncated_responses": "keep", "rollout.block_episodes": 0}
+ADDED_KEYS = {"rl.truncated_responses": "keep", "rollout.block_episodes": 0,
+              "rollout.sample_keys": "call"}   # 'call': the sampler's random stream before the KV pool
 
 
 def check_config(config) -> None:
@@ -159,6 +161,7 @@ def check_config(config) -> None:
     raise ValueError(f"config `runs` repeats a run: {list(config.runs)}")
   if not dict(config.env.eval_splits):
     raise ValueError("config `env.eval_splits` is empty; give {label: split}, e.g. {'test': 'test'}")
+  sampler_lib.check_sample_keys(config.rollout.get("sample_keys", "request"), "config `rollout.sample_keys`")
   be = config.rollout.get("block_episodes", 0)
   if isinstance(be, bool) or not isinstance(be, int) or be < 0:
     raise ValueError(f"config `rollout.block_episodes` must be an integer >= 0 (episodes per sampling block; 0: one "

@@ -10,7 +10,9 @@ and program runtime (`runtime`: 'sandboxed' = the sandboxed IPython kernel of pr
 prompt and every observation with the policy's common.chat.ChatTemplate (native tool-call format), batches the
 policy across episodes, and records token-in/token-out trajectories (common.trajectory). The policy is
 LMSampler (common.lm.sampler): each episode's KV cache kept across turns, only new tokens prefilled
-(`gspo.kv_reuse`; False: common.lm.sampling.generate over the episodes' whole left-padded contexts).
+(`gspo.kv_reuse`; False: common.lm.sampling.generate over the episodes' whole left-padded contexts), in a pool
+of cache rows within `gspo.kv_cache_max_gb` GiB: episodes beyond it are re-prefilled each turn until a row
+frees (first come, first kept). The tokens sampled do not depend on the budget or on reuse.
 
 Every episode ends as 'done' (an answer was submitted, or a reply had no tool call), 'turn_limit'
 (`env.max_turns` replies), 'length_limit' (`env.max_context_tokens`) or 'env_error' (the program runtime or
@@ -76,15 +78,21 @@ def _mcp_prog_env(mcp: dict, *, mode: str, runtime: str) -> ptc_env.ProgEnv:
 def sampler_options(config, model=None, rows: int = 0) -> dict:
   """LMSampler keyword arguments from the config (common.lm.sampler.reuse_options): kv_reuse = `gspo.kv_reuse`
   (default True: each episode's KV cache is kept across turns and only new tokens are prefilled), cache rows
-  capped at `env.max_context_tokens` slots, reuse turned off with a warning when `rows` rows of `model` would
-  need more than `gspo.kv_cache_max_gb` GiB (0 = no limit): the published setting (512 rollouts x 32k tokens of
-  an 8B model) would need terabytes."""
+  capped at `env.max_context_tokens` slots, and the cache pool's budget cache_max_bytes = `gspo.kv_cache_max_gb`
+  GiB (0 = no limit). The published setting (512 rollouts x 32k tokens of an 8B model) would need terabytes for
+  every row: the pool holds the rows that fit (floor(budget / one row of `env.max_context_tokens` slots)), first
+  come, first kept, and the other episodes are re-prefilled each turn until a row frees; reuse is turned off
+  (with a warning) only when not even one row fits. sample_keys = `gspo.sample_keys` ('request', the default:
+  the sampled tokens do not depend on the budget, on reuse or on `gspo.generate_batch_size`; 'call': the stream
+  before the pool, for the tables made with it; common.lm.sampler).
+  Without `model`: {'kv_reuse', 'cache_len', 'sample_keys'} (no budget)."""
   g = config.gspo
+  keys = {"sample_keys": sampler_lib.check_sample_keys(g.get("sample_keys", "request"), "gspo.sample_keys")}
   if model is None:
-    return {"kv_reuse": bool(g.get("kv_reuse", True)), "cache_len": int(config.env.max_context_tokens)}
-  return sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
-                                   context_tokens=int(config.env.max_context_tokens),
-                                   max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo")
+    return {"kv_reuse": bool(g.get("kv_reuse", True)), "cache_len": int(config.env.max_context_tokens), **keys}
+  return {**sampler_lib.reuse_options(model, enabled=g.get("kv_reuse", True), rows=rows,
+                                      context_tokens=int(config.env.max_context_tokens),
+                                      max_gib=float(g.get("kv_cache_max_gb", 32.0)), key="gspo"), **keys}
 
 
 def driver_config(config, *, seed: int) -> rollout_lib.RolloutConfig:

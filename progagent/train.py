@@ -97,7 +97,8 @@ REPORT_ONLY = ("eval.", "stats.")
 # keys added later -> the value that does what was done before
 ADDED_KEYS = {"gspo.truncated_responses": "keep", "paradigms.normalize_errors": (), "gspo.block_tasks": 0,
               "env.mcp": dict(servers=(), tasks_file="", evaluator="", evaluator_timeout_s=600.0, reuse_servers=(),
-                              namespace="clash", max_steps=200)}   # env.mcp: the task library, as before issue 29
+                              namespace="clash", max_steps=200),   # env.mcp: the task library, as before issue 29
+              "gspo.sample_keys": "call"}   # 'call': the sampler's random stream before the KV pool
 
 
 def check_config(config) -> None:
@@ -114,6 +115,7 @@ def check_config(config) -> None:
   if config.chat.format not in chat_lib.FORMATS:
     raise ValueError(f"config.chat.format must be one of {chat_lib.FORMATS}, got {config.chat.format!r}")
   g = config.gspo
+  sampler_lib.check_sample_keys(g.get("sample_keys", "request"), "config `gspo.sample_keys`")
   bt = g.get("block_tasks", 0)
   if isinstance(bt, bool) or not isinstance(bt, int) or bt < 0:
     raise ValueError(f"config `gspo.block_tasks` must be an integer >= 0 (tasks per sampling block; 0: one block), "

@@ -1,5 +1,6 @@
 """Multi-turn KV reuse in LMSampler and chunked prefill: parity with a full re-prefill, prefill counts, rollback,
-continuous batching (more episodes than rows), the cache-length fallback."""
+continuous batching (more episodes than rows), the cache-length fallback, and the pool under a byte budget
+(fewer cache rows than episodes: the same samples as no budget and as no reuse)."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -8,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import policy_io
+from common.lm import model as model_lib
 from common.lm import sampler as sampler_lib
 from common.lm import sampling
 from common.lm import testing
@@ -203,6 +205,225 @@ class KVReuseTest(parameterized.TestCase):
       np.testing.assert_allclose(o.logprobs, w.logprobs, rtol=1e-5, atol=1e-5)
     with self.assertRaisesRegex(ValueError, "one episode"):
       reuse([_req(3, prompt), _req(3, prompt)])
+
+
+ROW = sampler_lib.row_bytes(CONFIG, 64)                          # one cache row of 64 slots: 8192 bytes (f32)
+
+
+class KVPoolTest(parameterized.TestCase):
+  """The pool under a byte budget: rows first come, first kept; the rest re-prefilled; samples unchanged."""
+
+  def test_pool_rows_and_options(self):
+    self.assertEqual(ROW, 64 * 2 * 2 * 2 * 8 * 4)                       # slots x (k, v) x L x K x hd x f32
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 0), 8)         # no budget: every row
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 3 * ROW - 1), 2)
+    self.assertEqual(sampler_lib.pool_rows(CONFIG, 8, 64, 100 * ROW), 8)
+    with self.assertRaisesRegex(ValueError, "cache_len"):
+      sampler_lib.pool_rows(CONFIG, 8, 0, ROW)
+    with self.assertRaisesRegex(ValueError, "cache_len"):
+      _sampler(3, kv_reuse=True, cache_max_bytes=ROW)
+    gib = 2.5 * ROW / 2 ** 30
+    opts = sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=gib, key="gspo")
+    self.assertEqual(opts, {"kv_reuse": True, "cache_len": 64, "cache_max_bytes": int(gib * 2 ** 30)})
+    self.assertEqual(_sampler(8, **opts).pool_rows, 2)
+    with self.assertLogs(level="WARNING") as logs:                       # not even one row: reuse off
+      opts = sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=0.5 * ROW / 2 ** 30,
+                                       key="gspo")
+    self.assertIn("gspo.kv_reuse off", logs.output[0])
+    self.assertEqual(opts, {"kv_reuse": False, "cache_len": 64, "cache_max_bytes": 0})
+    self.assertEqual(sampler_lib.reuse_options(CONFIG, enabled=True, rows=8, context_tokens=64, max_gib=0,
+                                               key="gspo")["cache_max_bytes"], 0)
+    # Re-prefill batches of the requests without a pool row.
+    for n, chunk, want in ((1, 512, 1), (3, 512, 4), (64, 512, 64), (65, 512, 128), (384, 512, 384),
+                           (385, 512, 448), (512, 512, 512), (5, 6, 5), (100, 100, 100), (3, 3, 3)):
+      self.assertEqual(sampler_lib.padded_rows(n, chunk), want, (n, chunk))
+
+  @parameterized.named_parameters(("greedy", 0.0, 0), ("sampled", 0.9, 30))
+  def test_budget_below_rows_gives_the_same_tokens_and_logprobs(self, temperature, top_k):
+    # 4 episodes on 3 rows (e3 takes e1's place at tick 2), a pool of 2 rows: e0 and e1 come first and keep
+    # theirs; e2 is re-prefilled at ticks 0 and 1, then takes e1's row (e1 stopped asking) with its whole
+    # context; e3 finds the pool full and is re-prefilled at ticks 2 and 3.
+    episodes = _schedule(np.random.default_rng(10))
+    kw = dict(temperature=temperature, top_k=top_k, cache_len=64)
+    pooled = _sampler(3, kv_reuse=True, cache_max_bytes=2 * ROW + ROW // 2, **kw)
+    self.assertEqual(pooled.pool_rows, 2)
+    unbudgeted = _sampler(3, kv_reuse=True, **kw)
+    reprefill = _sampler(3, kv_reuse=False, **kw)
+    got = _drive(pooled, episodes, STARTS)
+    self.assertLessEqual(pooled.cache_bytes, 2 * ROW + ROW // 2)
+    self.assertEqual(pooled.cache_bytes, 2 * ROW)                        # [L, 2 rows, 64, K, hd] k and v
+    for other in (unbudgeted, reprefill):                                 # same key: same tokens, any layout
+      want = _drive(other, episodes, STARTS)
+      self.assertEqual(len(got), len(want))
+      for (tick, e, ctx, o), (_, e2, ctx2, o2) in zip(got, want):
+        self.assertEqual((e, ctx), (e2, ctx2))
+        self.assertEqual(o.token_ids, o2.token_ids, (tick, e))
+        np.testing.assert_allclose(o.logprobs, o2.logprobs, rtol=1e-5, atol=1e-5)
+    for _, _, ctx, o in got:
+      np.testing.assert_allclose(o.logprobs, _teacher_forced(ctx, o, temperature or 1.0), rtol=1e-5, atol=1e-5)
+    # Prefill: pooled episodes their new tokens only; the others their whole context.
+    ctx = {(tick, e): len(c) for tick, e, c, _ in got}
+    prev = {(tick, e): len(c) + len(o.token_ids) for tick, e, c, o in got}
+    new = lambda tick, e: ctx[tick, e] - prev[tick - 1, e]
+    want_prefill = (ctx[0, 0] + sum(new(t, 0) for t in (1, 2, 3)) + ctx[0, 1] + new(1, 1)
+                    + ctx[0, 2] + ctx[1, 2] + ctx[2, 2] + new(3, 2) + ctx[2, 3] + ctx[3, 3])
+    self.assertNotEqual(episodes[2][0][0], episodes[1][0][0])            # e2 shares no prefix with e1's row
+    self.assertEqual(pooled.prefill_tokens, want_prefill)
+    self.assertEqual(pooled.overflow_requests, 4)
+    self.assertEqual(pooled.prefill_tokens + pooled.reused_tokens, reprefill.prefill_tokens)
+    self.assertLess(unbudgeted.prefill_tokens, pooled.prefill_tokens)
+    self.assertLess(pooled.prefill_tokens, reprefill.prefill_tokens)
+    self.assertEqual(sorted(pooled._episode_row.items()), [(0, 0), (2, 1)])
+
+  def test_same_tokens_in_any_grouping_of_the_requests(self):
+    # Request k of episode e draws with its own key: one call of three, or three calls of one, or another order.
+    rng = np.random.default_rng(11)
+    prompts = {e: _tokens(rng, 5 + 4 * e) for e in range(3)}
+    together = _sampler(3, kv_reuse=True, temperature=1.0)([_req(e, p) for e, p in prompts.items()])
+    alone = _sampler(3, kv_reuse=True, temperature=1.0)
+    apart = {e: alone([_req(e, prompts[e])])[0] for e in (2, 0, 1)}
+    for e, o in enumerate(together):
+      self.assertEqual(o.token_ids, apart[e].token_ids)
+      np.testing.assert_allclose(o.logprobs, apart[e].logprobs, rtol=1e-5, atol=1e-5)
+    # A second request of an episode draws afresh (k = 1), even with the same context.
+    again = alone([_req(0, prompts[0])])[0]
+    self.assertNotEqual(again.token_ids, apart[0].token_ids)
+
+
+class CallKeysTest(parameterized.TestCase):
+  """sample_keys='call', the stream of the sampler before the KV pool (common.lm.sampler's module doc), against a
+  reference drawn with its keys through common.lm.sampling directly: call t's key fold_in(key, t); without reuse
+  chunk c of the call fold_in(that, c), padded to chunk_rows rows; with reuse cache block b fold_in(that, b), every
+  block chunk_rows rows (the last one padded), and the re-prefills of requests too long for a row
+  fold_in(that, 1_000_003 + c), padded to chunk_rows rows. Tokens and log-probs bit-identical (no budget)."""
+
+  CHUNK, CACHE_LEN = 2, 40                       # 3 rows in blocks of 2: the last block padded
+  SAMPLING = sampling.SamplingConfig(temperature=1.0, top_k=30)
+
+  def _sampler(self, **kw):
+    return _sampler(3, kv_reuse=kw.pop("kv_reuse"), temperature=1.0, top_k=30, chunk_rows=self.CHUNK,
+                    cache_len=self.CACHE_LEN, **kw)
+
+  def _ref_generate(self, contexts, limits, key):
+    """A full re-prefill of `contexts`, padded to CHUNK rows (1-token rows with a 0-token limit), with one key."""
+    ctx = [list(c) for c in contexts] + [[0]] * (self.CHUNK - len(contexts))
+    limit = np.zeros(self.CHUNK, np.int32)
+    limit[:len(contexts)] = limits
+    ids, mask = sampling.left_pad(ctx, pad_id=0, buckets=BUCKETS)
+    out = sampling.generate(PARAMS, jnp.asarray(ids), jnp.asarray(mask), key, config=CONFIG, max_new_tokens=N,
+                            sampling=self.SAMPLING, stop_tokens=np.asarray(STOPS, np.int32),
+                            row_max_new_tokens=jnp.asarray(limit), pad_id=0, prefill_chunk=2048)
+    toks, lps, lens = jax.device_get((out.tokens, out.logprobs, out.lengths))
+    return [(toks[i, :lens[i]].tolist(), lps[i, :lens[i]].tolist()) for i in range(len(contexts))]
+
+  def _ref_block(self, cache, members, key):
+    """One generate_cached call on a block of CHUNK rows: members {row in block: (context, cached tokens, limit)}
+    (rows not in it: start, count and limit 0); returns ({row: (tokens, log-probs)}, the cache)."""
+    start, count, limit = (np.zeros(self.CHUNK, np.int32) for _ in range(3))
+    for j, (ctx, cached, lim) in members.items():
+      start[j] = min(sampler_lib.common_prefix(np.asarray(ctx, np.int32), np.asarray(cached, np.int32)), len(ctx) - 1)
+      count[j], limit[j] = len(ctx) - start[j], lim
+    t = sampling.bucket_length(int(count.max()))
+    suffix = np.zeros((self.CHUNK, t), np.int32)
+    for j, (ctx, _, _) in members.items():
+      suffix[j, t - count[j]:] = ctx[start[j]:]
+    out, cache = sampling.generate_cached(PARAMS, cache, jnp.asarray(suffix), jnp.asarray(start),
+                                          jnp.asarray(count), key, config=CONFIG, max_new_tokens=N,
+                                          sampling=self.SAMPLING, stop_tokens=np.asarray(STOPS, np.int32),
+                                          row_max_new_tokens=jnp.asarray(limit), pad_id=0, prefill_chunk=2048)
+    toks, lps, lens = jax.device_get((out.tokens, out.logprobs, out.lengths))
+    return {j: (toks[j, :lens[j]].tolist(), lps[j, :lens[j]].tolist()) for j in members}, cache
+
+  def _calls(self):
+    """Three calls' requests [(episode, context, limit)]: e1's second context is too long for a cache row
+    (its context + N > CACHE_LEN), e3 joins at call 2 (e1's released row)."""
+    rng = np.random.default_rng(21)
+    p = {0: _tokens(rng, 9), 1: _tokens(rng, 17), 2: _tokens(rng, 4), 3: _tokens(rng, 10)}
+    obs = {0: (_tokens(rng, 4), _tokens(rng, 3)), 1: (_tokens(rng, 20),), 2: (_tokens(rng, 3),)}
+    return p, obs
+
+  def _drive(self, sampler):
+    p, obs = self._calls()
+    ctx = dict(p)
+    got = []
+    for order, limits in (([0, 1, 2], (N, N, 3)), ([2, 1, 0], (N, N, N)), ([3, 0], (N, N))):
+      outs = sampler([_req(e, ctx[e], max_new=m) for e, m in zip(order, limits)])
+      got.append({e: (o.token_ids, o.logprobs) for e, o in zip(order, outs)})
+      for e, o in zip(order, outs):
+        if obs.get(e):
+          ctx[e] = ctx[e] + o.token_ids + obs[e][0]
+          obs[e] = obs[e][1:]
+    return got, p
+
+  def test_without_reuse_equals_the_reference(self):
+    got, p = self._drive(self._sampler(kv_reuse=False, sample_keys="call"))
+    _, obs = self._calls()
+    k0, k1, k2 = (jax.random.fold_in(jax.random.key(7), t) for t in range(3))
+    want0 = (self._ref_generate([p[0], p[1]], [N, N], jax.random.fold_in(k0, 0))
+             + self._ref_generate([p[2]], [3], jax.random.fold_in(k0, 1)))
+    ctx = {e: p[e] + want0[e][0] + obs[e][0] for e in range(3)}
+    want1 = (self._ref_generate([ctx[2], ctx[1]], [N, N], jax.random.fold_in(k1, 0))
+             + self._ref_generate([ctx[0]], [N], jax.random.fold_in(k1, 1)))
+    ctx0 = ctx[0] + want1[2][0] + obs[0][1]
+    want2 = self._ref_generate([p[3], ctx0], [N, N], jax.random.fold_in(k2, 0))
+    self.assertEqual(got, [dict(zip([0, 1, 2], want0)), dict(zip([2, 1, 0], want1)), dict(zip([3, 0], want2))])
+
+  def test_with_reuse_equals_the_reference(self):
+    sampler = self._sampler(kv_reuse=True, sample_keys="call")
+    got, p = self._drive(sampler)
+    _, obs = self._calls()
+    k0, k1, k2 = (jax.random.fold_in(jax.random.key(7), t) for t in range(3))
+    blank = lambda: model_lib.init_cache(CONFIG, self.CHUNK, self.CACHE_LEN)   # every block CHUNK rows
+    # call 0: e0, e1, e2 take rows 0, 1, 2 (blocks 0, 0, 1); block 1's second row is padding
+    b0, c0 = self._ref_block(blank(), {0: (p[0], [], N), 1: (p[1], [], N)}, jax.random.fold_in(k0, 0))
+    b1, c1 = self._ref_block(blank(), {0: (p[2], [], 3)}, jax.random.fold_in(k0, 1))
+    want0 = {0: b0[0], 1: b0[1], 2: b1[0]}
+    rows = {e: p[e] + want0[e][0] for e in range(3)}                      # the tokens each row holds
+    ctx = {e: rows[e] + obs[e][0] for e in range(3)}
+    self.assertGreater(len(ctx[1]) + N, self.CACHE_LEN)                  # e1: too long for a row
+    # call 1 (e2, e1, e0): e1 re-prefilled with fold_in(k1, 1_000_003), its row released; blocks 0 and 1
+    want1 = {1: self._ref_generate([ctx[1]], [N], jax.random.fold_in(k1, 1_000_003))[0]}
+    b0, c0 = self._ref_block(c0, {0: (ctx[0], rows[0], N)}, jax.random.fold_in(k1, 0))
+    b1, c1 = self._ref_block(c1, {0: (ctx[2], rows[2], N)}, jax.random.fold_in(k1, 1))
+    want1.update({0: b0[0], 2: b1[0]})
+    rows[0] = ctx[0] + want1[0][0]
+    ctx0 = rows[0] + obs[0][1]
+    # call 2 (e3, e0): e3 takes e1's released row 1 (block 0, with e0)
+    b0, _ = self._ref_block(c0, {1: (p[3], rows[1], N), 0: (ctx0, rows[0], N)}, jax.random.fold_in(k2, 0))
+    want2 = {3: b0[1], 0: b0[0]}
+    self.assertEqual(got, [want0, want1, want2])
+    self.assertEqual(sampler.cache_bytes, 2 * 2 * sampler_lib.row_bytes(CONFIG, self.CACHE_LEN))  # 2 blocks x 2 rows
+    # per-request keys draw other tokens from the same requests
+    request, _ = self._drive(self._sampler(kv_reuse=True, sample_keys="request"))
+    self.assertNotEqual(request, got)
+
+  def test_a_budget_below_the_rows_reprefills_the_overflow_with_the_reprefill_keys(self):
+    # a pool of 1 row: e0 keeps it; e1 and e2 (no row) are re-prefilled, batches of CHUNK, keys 1_000_003 + c
+    row = sampler_lib.row_bytes(CONFIG, self.CACHE_LEN)
+    sampler = self._sampler(kv_reuse=True, sample_keys="call", cache_max_bytes=row + row // 2)
+    self.assertEqual(sampler.pool_rows, 1)
+    p, _ = self._calls()
+    outs = sampler([_req(e, p[e], max_new=m) for e, m in ((0, N), (1, N), (2, 3))])
+    k0 = jax.random.fold_in(jax.random.key(7), 0)
+    self.assertEqual(sampler.overflow_requests, 2)
+    self.assertEqual(sampler.cache_bytes, row)                            # the block holds the pool's 1 row
+    cache = model_lib.init_cache(CONFIG, 1, self.CACHE_LEN)
+    start, count = jnp.zeros(1, jnp.int32), jnp.full(1, len(p[0]), jnp.int32)
+    t = sampling.bucket_length(len(p[0]))
+    suffix = jnp.asarray([[0] * (t - len(p[0])) + p[0]], jnp.int32)
+    out, _ = sampling.generate_cached(PARAMS, cache, suffix, start, count, jax.random.fold_in(k0, 0), config=CONFIG,
+                                      max_new_tokens=N, sampling=self.SAMPLING, stop_tokens=np.asarray(STOPS, np.int32),
+                                      row_max_new_tokens=jnp.full(1, N, jnp.int32), pad_id=0)
+    want = [(np.asarray(out.tokens)[0, :int(out.lengths[0])].tolist())]
+    want += [t for t, _ in self._ref_generate([p[1], p[2]], [N, 3], jax.random.fold_in(k0, 1_000_003))]
+    self.assertEqual([o.token_ids for o in outs], want)
+
+  def test_bad_value(self):
+    with self.assertRaisesRegex(ValueError, r"sample_keys='per_call' must be one of \('request', 'call'\)"):
+      _sampler(3, kv_reuse=True, sample_keys="per_call")
+    with self.assertRaisesRegex(ValueError, r"config `gspo.sample_keys`=None must be one of"):
+      sampler_lib.check_sample_keys(None, "config `gspo.sample_keys`")
+    self.assertEqual(_sampler(3, kv_reuse=True).sample_keys, "request")   # the default
 
 
 class ChunkedPrefillTest(parameterized.TestCase):

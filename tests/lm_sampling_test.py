@@ -82,6 +82,26 @@ class SamplerTest(parameterized.TestCase):
     self.assertFalse(np.array_equal(a, c))
 
 
+  @parameterized.named_parameters(("typed", jax.random.key), ("raw", jax.random.PRNGKey))
+  def test_per_row_keys_draw_each_row_on_its_own(self, make_key):
+    # B keys: row b's tokens depend on key[b] and its prompt only, not on the other rows or the batch size.
+    prompts = _prompts(2)
+    keys = jax.vmap(lambda i: jax.random.fold_in(make_key(4), i))(jnp.arange(4))
+    batch = sampling.generate(PARAMS, *map(jnp.asarray, sampling.left_pad(prompts, length=P)), keys,
+                              config=CONFIG, max_new_tokens=N, sampling=HOT, stop_tokens=NO_STOP)
+    self.assertTrue(sampling.per_row_keys(keys))
+    self.assertFalse(sampling.per_row_keys(make_key(4)))
+    for r in (3, 0):   # each alone, in a batch of one
+      one = sampling.generate(PARAMS, *map(jnp.asarray, sampling.left_pad([prompts[r]], length=P)), keys[r:r + 1],
+                              config=CONFIG, max_new_tokens=N, sampling=HOT, stop_tokens=NO_STOP[:1])
+      np.testing.assert_array_equal(np.asarray(one.tokens)[0], np.asarray(batch.tokens)[r])
+      np.testing.assert_allclose(np.asarray(one.logprobs)[0], np.asarray(batch.logprobs)[r], rtol=1e-5, atol=1e-5)
+    # Rows with the same prompt and different keys draw differently.
+    same = sampling.generate(PARAMS, *map(jnp.asarray, sampling.left_pad([prompts[0]] * 4, length=P)), keys,
+                             config=CONFIG, max_new_tokens=N, sampling=HOT, stop_tokens=NO_STOP)
+    self.assertGreater(len({tuple(np.asarray(t)) for t in same.tokens}), 1)
+
+
 class FilterTest(parameterized.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)

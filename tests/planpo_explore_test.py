@@ -220,6 +220,20 @@ class SamplerRowsTest(absltest.TestCase):
       s = rollouts.make_sampler(policy.params, policy, key=jax.random.key(0), rows=rows, temperature=1.0,
                                 config=config)
       self.assertEqual(s.rows, want)
+      self.assertEqual(s.sample_keys, "call")   # rollout.sample_keys: the explorer table's stream (issue 25)
+
+  @pytest.mark.fast
+  def test_sample_keys(self):
+    # the explorer table's configs keep the sampler's stream from before the KV pool; new configs draw per request
+    for variant in ("explore", "explore_smoke", "explore_coin11"):
+      self.assertEqual(planpo_twx.get_config(variant).rollout.sample_keys, "call", variant)
+    for variant in ("", "smoke"):
+      self.assertEqual(planpo_twx.get_config(variant).rollout.sample_keys, "request", variant)
+    self.assertEqual(train.ADDED_KEYS["rollout.sample_keys"], "call")   # workdirs saved before the key
+    config = planpo_twx.get_config("explore")
+    config.rollout.sample_keys = "per_call"
+    with self.assertRaisesRegex(ValueError, r"rollout.sample_keys`='per_call' must be one of \('request', 'call'\)"):
+      train.check_config(config)
 
 
 class GateTest(absltest.TestCase):

@@ -4,6 +4,7 @@ The tiny setting is configs/progagent.py:smoke (a 'tiny:qwen2' model: width 32, 
 heads) with 8 rows of 128 tokens; the published settings are only built (abstract, no compile).
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -82,6 +83,15 @@ class ExactBytesTest(absltest.TestCase):
     # with KV reuse every block of rows stays resident
     self.assertEqual(sp.kv_bytes(self.setting, mesh((1, 1, 1)), sp.SampleOption(2, True)), (2 * 128 * per_slot,
                                                                                            8 * 128 * per_slot))
+    self.assertEqual(self.setting.kv_pool_rows, 8)
+    # a budget of 3 rows: the pool's blocks of 2 and 1 rows, and one block of 2 for the others' re-prefill
+    pooled = dataclasses.replace(self.setting, kv_pool_rows=3)
+    self.assertEqual(sp.kv_bytes(pooled, mesh((1, 1, 1)), sp.SampleOption(2, True)), (2 * 128 * per_slot,
+                                                                                     5 * 128 * per_slot))
+    # sample_keys 'call' (the layout before the pool): every block chunk rows, the last one padded
+    self.assertEqual(sp.kv_bytes(self.setting, mesh((1, 1, 1)), sp.SampleOption(3, True))[1], 8 * 128 * per_slot)
+    call = dataclasses.replace(self.setting, sample_keys="call")
+    self.assertEqual(sp.kv_bytes(call, mesh((1, 1, 1)), sp.SampleOption(3, True))[1], 9 * 128 * per_slot)
 
   def test_ladders(self):
     self.assertEqual(sp.update_ladder(self.setting, 2), [sp.UpdateOption("none", 0), sp.UpdateOption("full", 0),
@@ -93,7 +103,9 @@ class ExactBytesTest(absltest.TestCase):
   def test_published_settings_build(self):
     pa = sp.build_setting(sp.published_config("progagent"), backbone="qwen3-8b")
     self.assertEqual((pa.update_rows, pa.update_length, pa.sample_rows, pa.sample_context), (128, 32768, 512, 32768))
-    self.assertFalse(pa.kv_reuse)           # the trainers' guard: 512 rows x 32k of an 8B model is terabytes
+    # the KV pool: gspo.kv_cache_max_gb = 32 GiB holds 7 of the 512 rows of 32k bfloat16 slots (4.5 GiB each)
+    self.assertTrue(pa.kv_reuse)
+    self.assertEqual(pa.kv_pool_rows, 7)
     pp = sp.build_setting(sp.published_config("planpo"), backbone="qwen2.5-7b")
     self.assertEqual((pp.update_rows, pp.update_length, pp.sample_rows, pp.reference), (1280, 4096, 128, True))
     # PlanPO's sampler is one block of `env.workers` rows: fewer rows per call keep KV reuse

@@ -9,7 +9,9 @@ Modules:
   sampling    batched KV-cache generation (temperature / top-k / top-p, per-row stops and limits, left
               padding, chunked prefill), generation into a persistent per-row cache (generate_cached: multi-turn
               KV reuse) and the matching teacher-forced log-probs (completion_logprobs).
-  sampler     LMSampler, the rollout driver's policy: episodes' KV caches kept across turns, continuous batching.
+  sampler     LMSampler, the rollout driver's policy: episodes' KV caches kept across turns in a pool within a
+              byte budget (the rest re-prefilled), continuous batching; samples independent of the layout
+              (sample_keys 'request', the default; 'call': the stream from before the pool).
   lora        LoRA adapters: add, adapter-only optimizer, partition/combine, merge for export.
   tool_head   one logit per tool from the last hidden state.
   sharding    (data, fsdp, tensor) mesh, logical-axis rules, parameter / optimizer / batch shardings.

@@ -18,7 +18,9 @@ included) written to the cache, so the next turn's prefix covers the response to
 
 Sampling: logits / temperature, then top-k (keep the k largest) and top-p (keep the smallest set of most
 likely tokens whose probability reaches p, always at least one), then a categorical draw; temperature 0
-means greedy (argmax). Reported log-probs: log softmax(logits / T)[token] of the *untruncated* tempered
+means greedy (argmax). The draws come from one key for the batch (split at every step) or from one key per row
+(each row's draw at step n uses fold_in(its key, n), so a row samples the same tokens in any batch: how
+LMSampler makes its samples independent of batching, KV reuse and the cache budget). Reported log-probs: log softmax(logits / T)[token] of the *untruncated* tempered
 distribution (T = 1 when greedy) -- the quantity a policy-gradient ratio needs and exactly what
 `completion_logprobs` recomputes under teacher forcing. The choice (untruncated) follows common RL practice
 (e.g. verl); top-k/top-p only shape which tokens are drawn.
@@ -86,13 +88,27 @@ def _filter_logits(logits: jax.Array, cfg: SamplingConfig) -> jax.Array:
   return x
 
 
+def per_row_keys(key: jax.Array) -> bool:
+  """Whether `key` is a batch of PRNG keys (typed key[B], or raw u32[B, 2]) rather than one key (static)."""
+  typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+  return key.ndim == (1 if typed else 2)
+
+
 def sample_token(logits: jax.Array, key: jax.Array, cfg: SamplingConfig) -> tuple[jax.Array, jax.Array]:
-  """Draw one token per row. logits f32[B, V] -> (i32[B] token, f32[B] log-prob as in the module doc)."""
+  """Draw one token per row. logits f32[B, V] -> (i32[B] token, f32[B] log-prob as in the module doc).
+
+  key: one PRNG key for the whole batch, or B keys (`per_row_keys`): row b is then drawn with key[b] alone, so
+  its token does not depend on the other rows or on where it sits in the batch.
+  """
   if cfg.temperature == 0:
     tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     lp_all = jax.nn.log_softmax(logits, axis=-1)
   else:
-    tok = jax.random.categorical(key, _filter_logits(logits, cfg), axis=-1).astype(jnp.int32)
+    x = _filter_logits(logits, cfg)                      # row-wise: a row's filter ignores the other rows
+    if per_row_keys(key):
+      tok = jax.vmap(jax.random.categorical)(key, x).astype(jnp.int32)
+    else:
+      tok = jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
     lp_all = jax.nn.log_softmax(logits / jnp.float32(cfg.temperature), axis=-1)
   return tok, jnp.take_along_axis(lp_all, tok[:, None], axis=-1)[:, 0]
 
@@ -134,8 +150,13 @@ def _draw(n, last_logits, done, toks, lps, valid, key, max_new, stop_tokens, sam
 
   Rows already done get pad_id, log-prob 0 and validity False. A row is done after a stop token or its own
   max_new (i32[B]). Returns (tok i32[B], alive bool[B] before this step, done, toks, lps, valid, key).
+  One key: split at every step. B keys (`per_row_keys`): row b draws step n with fold_in(key[b], n), the keys
+  kept as they are.
   """
-  key, sub = jax.random.split(key)
+  if per_row_keys(key):
+    sub = jax.vmap(jax.random.fold_in, in_axes=(0, None))(key, n)
+  else:
+    key, sub = jax.random.split(key)
   tok, lp = sample_token(last_logits, sub, sampling)
   alive = ~done
   tok = jnp.where(alive, tok, pad_id)
@@ -200,7 +221,8 @@ def generate(params: Any, prompt: jax.Array, prompt_mask: jax.Array, key: jax.Ar
     prompt: i32[B, P] left-padded prompt tokens (use `left_pad` / `bucket_length` to keep P to a few
       bucket sizes: a new P or N means a new compile).
     prompt_mask: i32/bool[B, P], 1 = real token. Every row needs at least one real token.
-    key: PRNG key (unused when greedy).
+    key: PRNG key (unused when greedy), or B keys, one per row (typed key[B] or raw u32[B, 2]): row b's n-th
+      token is then drawn with fold_in(key[b], n), whatever the other rows and the batch size.
     config: static ModelConfig.
     max_new_tokens: static N, the length of the output arrays.
     sampling: static SamplingConfig.
@@ -303,7 +325,7 @@ def generate_cached(params: Any, cache: model_lib.KVCache, suffix: jax.Array, st
     suffix: i32[B, T] new tokens, right-aligned per row (T: a length bucket, one compile each).
     start: i32[B] tokens of each row kept in the cache (its common prefix with the new context).
     count: i32[B] new tokens per row; >= 1 for a row that samples (its last new token gives the first logits).
-    key: PRNG key (unused when greedy).
+    key: PRNG key (unused when greedy), or B keys, one per row (as in `generate`).
     config, max_new_tokens (static N), sampling, stop_tokens, row_max_new_tokens, pad_id: as in `generate`.
     prefill_chunk: static; new tokens prefilled per block (T is front-padded to a multiple of it); 0 = one block.
   Returns:

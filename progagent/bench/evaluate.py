@@ -30,8 +30,10 @@ Printed: one row per suite and harness:
   eval_err          episodes whose evaluator could not run or timed out (scored 0).
 With `--per_task`, a task x harness table of passed / episodes. The JSON (`--out`, default
 <workdir>/results.json) holds the commit and whether the checkout was dirty (common.provenance), the arguments,
-the policy, the rows, and one record per episode (task, harness, seed, sample, reward, end, stats, the
-evaluator's verdict without its output beyond 2,000 characters, the endpoint's usage, seconds).
+the policy, the rows, and one record per episode (task, harness, seed, sample, reward, end, stats, the number
+of tools each of the task's servers listed, the
+evaluator's verdict without its output beyond 2,000 characters, the endpoint's usage, the first 1,000
+characters of the last reply's text, seconds).
 
 Exit status: 0 when every episode ran (whatever the rewards), 2 on bad arguments or a suite that cannot load
 (the reason on stderr: e.g. no Toolathlon checkout, naming what to fetch).
@@ -63,6 +65,7 @@ _log = logging.getLogger(__name__)
 
 RUNTIMES = ("kernel", "inprocess")
 OUTPUT_KEEP = 2000
+LAST_REPLY_CHARS = 1000
 
 
 class EvaluateError(ValueError):
@@ -93,6 +96,12 @@ def run_task(task: BenchTask, policy: Any, *, modes: Sequence[str], seeds: Seque
   """
   records = []
   mcp_env = McpTaskEnv(task.servers, [task.task]) if task.task is not None else None
+  server_tools = None
+  if mcp_env is not None:   # {server: tools it listed from inside its sandbox}
+    server_tools = {}
+    for t in mcp_env.tools():
+      server = mcp_env.group.route(t["name"])[0]
+      server_tools[server] = server_tools.get(server, 0) + 1
   try:
     for mode in modes:
       for seed in seeds:
@@ -119,8 +128,10 @@ def run_task(task: BenchTask, policy: Any, *, modes: Sequence[str], seeds: Seque
                  "tool_calls": st.tool_calls, "errors": st.errors, "context_tokens": st.context_tokens,
                  "stats": {k: getattr(st, k) for k in ("tool_errors", "parse_errors", "program_errors",
                                                       "prompt_tokens", "action_tokens", "observation_tokens")},
-                 "verdict": _verdict(mcp_env) if mcp_env is not None else None,
+                 "verdict": _verdict(mcp_env) if mcp_env is not None else None, "server_tools": server_tools,
                  "usage": pol.usage() if hasattr(pol, "usage") else None,
+                 "last_reply": next((str(m.get("content") or "")[:LAST_REPLY_CHARS] for m in reversed(ep.messages)
+                                     if m["role"] == "assistant"), ""),
                  "seconds": round(time.monotonic() - t0, 3)}
           v = rec["verdict"]
           rec["eval_error"] = bool(v and (v.get("error") or v.get("timed_out")))

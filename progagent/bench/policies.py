@@ -215,7 +215,7 @@ class ModelPolicy:
 
   def for_episode(self, task: BenchTask, mode: str, workspace: str) -> "_ModelEpisode":
     self.episode += 1
-    return _ModelEpisode(self, self.episode, task.task_id)
+    return _ModelEpisode(self, self.episode, task.task_id if task is not None else "request")
 
 
 class _ModelEpisode:

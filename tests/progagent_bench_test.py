@@ -317,5 +317,45 @@ class FixtureCheckoutTest(absltest.TestCase):
     self.assertEqual(left, [])
 
 
+
+class ModelPoliciesTest(absltest.TestCase):
+  """A checkpoint policy and the same model behind the local OpenAI-compatible endpoint (progagent.bench.serve),
+  each through the evaluation command on one library task (a tiny random model: the path, not the score)."""
+
+  def test_checkpoint_and_endpoint(self):
+    import threading  # pylint: disable=g-import-not-at-top
+    from progagent.bench import serve  # pylint: disable=g-import-not-at-top
+    tmp = tempfile.mkdtemp(prefix="pa-bench-model-")
+    common = ["--suite", "progagent", "--progagent_tasks", "retail/pending_over_500", "--harness", "ptc",
+              "--runtime", "inprocess", "--max_turns", "1", "--max_new_tokens", "8", "--workdir", tmp, "--quiet"]
+    with mock.patch("sys.stdout", new_callable=pyio.StringIO) as stdout:
+      self.assertEqual(evaluate.main(common + ["--policy", "checkpoint:tiny:qwen2", "--out", f"{tmp}/ckpt.json"]), 0)
+    self.assertIn("progagent ptc", stdout.getvalue())
+    with open(f"{tmp}/ckpt.json") as f:
+      ep = json.load(f)["episodes"][0]
+    self.assertEqual((ep["turns"], ep["reward"]), (1, 0.0))
+    model = policies.ModelPolicy("tiny:qwen2", max_new_tokens=8, corpus=evaluate._corpus([]))  # pylint: disable=protected-access
+    server = serve.make_server(serve.Endpoint(model, "tiny"), "127.0.0.1", procs.free_port())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+      url = f"http://127.0.0.1:{server.server_address[1]}"
+      with mock.patch("sys.stdout", new_callable=pyio.StringIO) as stdout:
+        self.assertEqual(evaluate.main(common + ["--policy", f"endpoint:{url}", "--model", "tiny",
+                                                 "--out", f"{tmp}/endpoint.json"]), 0)
+      self.assertIn("progagent ptc", stdout.getvalue())
+      with open(f"{tmp}/endpoint.json") as f:
+        ep = json.load(f)["episodes"][0]
+      self.assertEqual(ep["usage"]["requests"], 1)
+      self.assertGreater(ep["usage"]["prompt_tokens"], 0)
+      with self.assertRaises(ValueError):
+        serve.harness_messages([{"content": "no role"}])
+    finally:
+      server.shutdown()
+      server.server_close()
+      thread.join(5)
+      shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -16,6 +16,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 from unittest import mock
 
 import psutil
@@ -317,6 +318,45 @@ class FixtureCheckoutTest(absltest.TestCase):
     self.assertEqual(left, [])
 
 
+
+  def test_one_command_serves_the_task_over_mcp(self):
+    """`python -m progagent.bench.toolathlon serve TASK`: a generic MCP client lists the program tool, runs the
+    ground-truth program or nothing, closes; the verdict file holds the task's own evaluator's verdict."""
+    import sys  # pylint: disable=g-import-not-at-top
+    import anyio  # pylint: disable=g-import-not-at-top
+    from mcp.client.session import ClientSession  # pylint: disable=g-import-not-at-top
+    from mcp.client.stdio import StdioServerParameters, stdio_client  # pylint: disable=g-import-not-at-top
+    root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with mock.patch("sys.stdout", new_callable=pyio.StringIO) as stdout:
+      self.assertEqual(toolathlon.main(["command", TASK, "--toolathlon_dir", self.root, "--workdir", self.tmp]), 0)
+    self.assertIn("progagent.mcp_runtime_server", stdout.getvalue())
+    self.assertIn("--mcp-server filesystem=", stdout.getvalue().replace("'", ""))
+    for label, program, want in (("nothing", None, False),
+                                 ("gt", policies.groundtruth_program(self.rec.task.groundtruth, "/workspace"), True)):
+      verdict = os.path.join(self.tmp, f"{label}.verdict.json")
+      args = ["-m", "progagent.bench.toolathlon", "serve", TASK, "--toolathlon_dir", self.root, "--workdir",
+              self.tmp, "--verdict-file", verdict]
+      seen = {}
+
+      async def main():
+        params = StdioServerParameters(command=sys.executable, args=args, env={"PYTHONPATH": root_dir}, cwd=root_dir)
+        with open(os.devnull, "w") as errlog:
+          async with stdio_client(params, errlog=errlog) as (r, w):
+            async with ClientSession(r, w) as s:
+              await s.initialize()
+              seen["tools"] = [t.name for t in (await s.list_tools()).tools]
+              if program:
+                await s.call_tool("programmatic_tool_call", {"code": program})  # pylint: disable=cell-var-from-loop
+
+      anyio.run(main)
+      self.assertEqual(seen["tools"], ["programmatic_tool_call"])
+      for _ in range(100):
+        if os.path.exists(verdict):
+          break
+        time.sleep(0.1)
+      with open(verdict) as f:
+        ev = json.load(f)["evaluator"]
+      self.assertEqual(ev["passed"], want, ev)
 
 class ModelPoliciesTest(absltest.TestCase):
   """A checkpoint policy and the same model behind the local OpenAI-compatible endpoint (progagent.bench.serve),

@@ -422,3 +422,69 @@ def load_suite(args: argparse.Namespace) -> list[BenchTask]:
   configs = server_configs(root)
   return [load_task(root, n, state_dir=state_dir, configs=configs) for n in names]
 
+
+
+# ------------------------------------------------------------------------------------------------ one task over MCP
+
+
+def runtime_server_argv(rec: BenchTask, workspace: str, *, instruction_file: str,
+                        verdict_file: str | None = None, direct_tools: bool = False) -> list[str]:
+  """The arguments of `python -m progagent.mcp_runtime_server` serving one task over MCP stdio: its servers, the
+  workspace, its own evaluator and ground truth, its instruction (written to `instruction_file`)."""
+  with open(instruction_file, "w", encoding="utf-8") as f:
+    f.write(rec.task.instruction)
+  argv = ["--workspace", workspace, "--instruction-file", instruction_file]
+  for s in rec.servers:
+    argv += ["--mcp-server", s]
+  if rec.task.evaluator:
+    argv += ["--evaluator", rec.task.evaluator]
+  if rec.task.groundtruth:
+    argv += ["--groundtruth", rec.task.groundtruth]
+  if verdict_file:
+    argv += ["--verdict-file", verdict_file]
+  return argv + (["--direct-tools"] if direct_tools else [])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m progagent.bench.toolathlon {serve,command} TASK [--toolathlon_dir DIR] [--workdir DIR]
+  [--workspace DIR] [--verdict-file PATH] [--direct-tools]`: serve one local task through ProgAgent's runtime over
+  MCP stdio (progagent.mcp_runtime_server: the programmatic_tool_call tool over the task's sandboxed servers, the
+  task's instruction as resource task://instruction and prompt `task`, its own evaluator's verdict in the verdict
+  file when the episode ends), or print that command. The workspace (default <workdir>/episodes/<task>-<time>) is
+  a fresh copy of the generated state and holds the episode's files afterwards. Exit status 2 on a bad task or
+  checkout (the reason on stderr)."""
+  p = argparse.ArgumentParser(prog="python -m progagent.bench.toolathlon", description=main.__doc__.split("\n")[0])
+  p.add_argument("action", choices=("serve", "command"))
+  p.add_argument("task", help=f"one of {', '.join(LOCAL_TASKS)}")
+  p.add_argument("--toolathlon_dir", default=None, help=f"a Toolathlon checkout (default ${ENV_VAR})")
+  p.add_argument("--workdir", default="runs/bench")
+  p.add_argument("--workspace", default=None)
+  p.add_argument("--verdict-file", default=None)
+  p.add_argument("--direct-tools", action="store_true")
+  a = p.parse_args(argv)
+  try:
+    if a.task not in LOCAL_TASKS:
+      raise SuiteError(f"{a.task!r} is not one of the local tasks ({', '.join(LOCAL_TASKS)})")
+    root = find_checkout(a.toolathlon_dir)
+    rec = load_task(root, a.task, state_dir=os.path.join(a.workdir, "states", "toolathlon"))
+  except (ToolathlonError, SuiteError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  stamp = time.strftime("%Y%m%d-%H%M%S")
+  ws = os.path.abspath(a.workspace or os.path.join(a.workdir, "episodes", f"{a.task}-{stamp}"))
+  os.makedirs(ws, exist_ok=True)
+  shutil.copytree(rec.task.workspace, ws, dirs_exist_ok=True)
+  instruction_file = os.path.join(os.path.dirname(ws), f"{os.path.basename(ws)}.instruction.md")
+  verdict = a.verdict_file or os.path.join(os.path.dirname(ws), f"{os.path.basename(ws)}.verdict.json")
+  args = runtime_server_argv(rec, ws, instruction_file=instruction_file, verdict_file=verdict,
+                             direct_tools=a.direct_tools)
+  if a.action == "command":
+    print(shlex.join([sys.executable, "-m", "progagent.mcp_runtime_server"] + args))
+    return 0
+  from progagent import mcp_runtime_server  # pylint: disable=g-import-not-at-top
+  mcp_runtime_server.main(args)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -56,9 +56,15 @@ ground truth copied where the script may write), in progagent.evaluator's sandbo
 Interpreter: Toolathlon pins Python 3.12 (pyproject `requires-python`), and some of its scripts need it
 (privacy-desensitization's evaluator uses a backslash in an f-string expression; pdf-tools-mcp requires >= 3.12).
 setup.sh builds CPython 3.13 from Debian's source package once per machine (/usr/local/bin/python3.13) and makes
-<prefix>/eval (the evaluators' imports at Toolathlon's pinned versions: requirements-toolathlon.txt beside
-this file) and one environment per Python server under <prefix>/servers. `$PROGAGENT_TOOLATHLON_PREFIX` points
+<prefix>/eval (the evaluators' imports, requirements-toolathlon.txt, at the versions of Toolathlon's uv.lock,
+constraints-toolathlon-env.txt) and one environment per Python server under <prefix>/servers: excel-mcp-server
+with Toolathlon's own lock (it runs from Toolathlon's environment there), the others held at the MCP SDK generation
+they were released for (constraints-toolathlon-servers.txt); cli-mcp-server is the PyPI release of Toolathlon's
+uv.lock (0.2.4), Toolathlon itself installing a fork that no registry has. `$PROGAGENT_TOOLATHLON_PREFIX` points
 elsewhere.
+
+One task over MCP without the evaluation command: `python -m progagent.bench.toolathlon serve TASK` serves it
+through progagent.mcp_runtime_server (main; `command` prints that server's command line).
 """
 
 from __future__ import annotations

@@ -296,6 +296,7 @@ class FixtureCheckoutTest(absltest.TestCase):
     argv = ["--suite", "toolathlon_local,progagent", "--harness", "ptc,dtc", "--policy", "scripted:groundtruth",
             "--toolathlon_dir", self.root, "--toolathlon_tasks", TASK, "--progagent_tasks", "retail/pending_over_500",
             "--workdir", self.tmp, "--out", out, "--per_task", "--quiet"]
+    self.assertEqual(evaluate.main(argv + ["--runtime", "inprocess"]), 2)   # no /workspace in this process
     with mock.patch("sys.stdout", new_callable=pyio.StringIO) as stdout:
       self.assertEqual(evaluate.main(argv), 0)
     printed = stdout.getvalue()

@@ -14,7 +14,7 @@ of `--harness` and every (seed, sample) of `--seeds` x `--samples`, one episode 
     (harness.system_prompt(mode, submit=False)); reward = the task's own evaluator (exit status 0);
   a library task ('domain/name@vK'): ProgEnv(mode, scale=K) on environment seed `--seeds`; reward = its verifier.
 Programs run in the sandboxed kernel (`--runtime kernel`, the default; 'inprocess' runs them in this process:
-library tasks and trusted scripted policies only, and a program there cannot see an MCP task's /workspace).
+library tasks and trusted scripted policies only; refused with MCP tasks, whose /workspace it cannot see).
 
 Printed: one row per suite and harness:
   tasks, episodes;
@@ -36,7 +36,8 @@ evaluator's verdict without its output beyond 2,000 characters, the endpoint's u
 characters of the last reply's text, seconds).
 
 Exit status: 0 when every episode ran (whatever the rewards), 2 on bad arguments or a suite that cannot load
-(the reason on stderr: e.g. no Toolathlon checkout, naming what to fetch).
+(the reason on stderr: e.g. no Toolathlon checkout, naming what to fetch); a task whose servers do not start stops
+the run with progagent.mcp_servers.McpServerError (its stderr's end in the message).
 """
 
 from __future__ import annotations
@@ -266,6 +267,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       if log:
         log(f"suite {suite.name}: {len(loaded)} tasks")
       tasks += loaded
+    if a.runtime == "inprocess" and any(t.task is not None for t in tasks):
+      raise EvaluateError("--runtime inprocess runs programs in this process, where an MCP task's /workspace does "
+                          "not exist (a program would write the host's /workspace); use --runtime kernel")
   except (SuiteError, EvaluateError, policies.PolicyError, ValueError, KeyError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -108,19 +108,28 @@ _HYBRID = ("Either call a tool directly through the function-calling interface (
            " Finish by calling submit_answer, directly or in a program.")
 
 
-def system_prompt(mode: str, *, max_output_chars: int = tool_wire.MAX_OUTPUT_CHARS) -> str:
+_FINISH = {"dtc": " When the task is complete, call submit_answer.",
+           "ptc": " Finish with tools[\"submit_answer\"](...) in a program.",
+           "hybrid": " Finish by calling submit_answer, directly or in a program."}
+_FINISH_BY_REPLY = " When the task is complete, reply without calling a tool."
+
+
+def system_prompt(mode: str, *, max_output_chars: int = tool_wire.MAX_OUTPUT_CHARS, submit: bool = True) -> str:
   """The system prompt of a harness: how to act. The tools themselves reach the model as function schemas
   (the chat template renders them), PTC's task tools in the description of programmatic_tool_call.
 
   Args:
     mode: 'dtc', 'ptc' or 'hybrid'.
     max_output_chars: the printed-output cut the prompt announces (the runtime's, common.tool_wire).
+    submit: the task ends with submit_answer (the task library); False: with a reply that calls no tool (tasks
+      over external MCP servers, progagent.mcp_task_env, which have no submit_answer).
   Raises:
     ValueError: unknown mode.
   """
   _check_mode(mode)
   how = {"dtc": _DTC, "ptc": _PTC, "hybrid": _HYBRID}[mode]
-  return _INTRO + how.replace("{limit}", str(max_output_chars))
+  text = _INTRO + how.replace("{limit}", str(max_output_chars))
+  return text if submit else text.replace(_FINISH[mode], _FINISH_BY_REPLY)
 
 
 def _check_mode(mode: str) -> None:
@@ -247,7 +256,8 @@ def _raw_function(c: Any) -> dict:
 
 
 def run_episode(env: Any, policy: Policy, *, mode: str, task_id: str | None = None, seed: int = 0,
-                tokenizer: Any = None, max_turns: int = 50, message_overhead: int = 0) -> Episode:
+                tokenizer: Any = None, max_turns: int = 50, message_overhead: int = 0,
+                system: str | None = None) -> Episode:
   """Runs one episode of `policy` in `env` under a harness (see the module docstring).
 
   Args:
@@ -261,6 +271,7 @@ def run_episode(env: Any, policy: Policy, *, mode: str, task_id: str | None = No
     tokenizer: see make_token_counter.
     max_turns: replies before the episode is cut.
     message_overhead: tokens added per message (chat-template framing); 0 by default.
+    system: the system message (None: system_prompt(mode)).
   Returns:
     Episode(messages, stats, tools); an assistant message keeps its reasoning under 'reasoning'; a tool
     message is {'role': 'tool', 'tool_call_id', 'name', 'content'}. stats.reward is env.verify() when the env
@@ -286,7 +297,7 @@ def run_episode(env: Any, policy: Policy, *, mode: str, task_id: str | None = No
     n = count(tools_text(schemas))
     stats.context_tokens += n
     stats.prompt_tokens += n
-  add({"role": "system", "content": system_prompt(mode)}, "prompt_tokens")
+  add({"role": "system", "content": system_prompt(mode) if system is None else system}, "prompt_tokens")
   add({"role": "user", "content": instruction}, "prompt_tokens")
   counts = getattr(env, "episode_counts", None)
   last_info: dict = {}

@@ -76,6 +76,7 @@ from common import sandbox_fs
 from common import sandbox_guard
 from common.sandbox import Sandbox, SandboxConfig
 from progagent import kernel_launch
+from progagent import evaluator
 from progagent import mcp_servers
 from progagent.mcp_task_env import McpTaskEnv
 
@@ -259,9 +260,18 @@ def _run_runner(python: str, args: list[str], *, loca_dir: str, sandbox: Sandbox
     else:
       cmd, env = argv, dict(os.environ, LOCA_QUIET="1")
     with open(log_path, "wb") as logf:
-      proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                            timeout=timeout_s, start_new_session=True, check=False)
-    code = proc.returncode
+      proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True)
+    try:
+      code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      if sb is not None:
+        sb.kill()
+      os.killpg(proc.pid, 9)
+      proc.wait(timeout=30)
+      code = None
+    # the sandbox's log capper (a `head -c` beside it) may still be writing the last lines
+    evaluator._wait_group(proc.pid, 5.0)  # pylint: disable=protected-access
   finally:
     if sb is not None:
       sb.close()
@@ -577,42 +587,109 @@ def make_env(tasks: Sequence[LocaTask], **kwargs) -> LocaTaskEnv:
 
 # --- the adapter's check: state, tools in the sandbox, do-nothing fails, a ground-truth copy passes ---------------
 
-# Ground-truth copies (the check's, not the benchmark's): for the task types whose evaluator reads only files of
-# the agent workspace, the ground-truth file each of them wants, as (ground-truth file, workspace file); a '.xlsx'
-# target of a '.csv' source is that table written as a workbook (pandas, in LOCA's interpreter). Every other type's
-# evaluator checks the mock services' state (NO_FILE_GROUND_TRUTH), which no copy of files can make.
+# Ground-truth copies (the check's, not the benchmark's): what a correct episode leaves, made from the generated
+# ground truth. GROUND_TRUTH_COPIES: for each task type, the ground-truth files the evaluator wants in the agent
+# workspace, as (ground-truth file, workspace file); a '.xlsx' target of a '.csv' source is that table written as
+# a workbook (pandas, in LOCA's interpreter). GROUND_TRUTH_CALLS: for the task types whose evaluator also (or only)
+# reads the mock services' state, a function (ground-truth folder, call) that puts the ground truth there through
+# the services' own tools, call(tool, arguments) -> result text (the episode's step()). The other task types
+# (NO_FILE_GROUND_TRUTH) check service state that the ground-truth folder does not describe (emails with their
+# wording and attachments, shop and calendar entries, sheet cells) or ship no ground-truth folder.
+def _csv_rows(path: str) -> list[dict]:
+  import csv  # pylint: disable=import-outside-toplevel
+  with open(path, encoding="utf-8", newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def _machine_operating(gt: str, call) -> None:
+  call("storage_create_bucket", {"bucket_name": "iot_anomaly_reports"})
+  call("storage_upload_file", {"bucket_name": "iot_anomaly_reports", "source_file_path": "/workspace/anomaly_report.csv",
+                               "destination_blob_name": "anomaly_report.csv"})
+
+
+def _academic_warning(gt: str, call) -> None:
+  for r in _csv_rows(os.path.join(gt, "expected_alerts.csv")):
+    if float(r["drop_ratio"]) > 0.45:   # evaluation/main.py: CRITICAL logs for drops over 45 %
+      call("logging_write_log", {"log_name": "exam_log", "severity": "CRITICAL",
+                                 "message": f"{r['student_id']} {r['name']}: score dropped {float(r['drop_ratio']):.0%}"})
+
+
+def _ab_testing(gt: str, call) -> None:
+  overall = [r for r in _csv_rows(os.path.join(gt, "expected_ratio.csv")) if r["scenario"].startswith("overall")][0]
+  a, b = (float(overall[k].rstrip("%")) for k in ("A_conversion %", "B_conversion %"))
+  if b > a:   # evaluation/main.py validate_task_completion: B wins -> the promo bucket, no log entry
+    call("storage_create_bucket", {"bucket_name": "promo-assets-for-b"})
+  else:
+    call("logging_write_log", {"log_name": "abtesting_logging", "severity": "INFO", "message": json.dumps(
+        {"status": "AB_Test_Concluded", "winner": "A", "action": "No_Change"})})
+
+
+def _nhl_b2b_analysis(gt: str, call) -> None:
+  import csv  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(gt, "standard_answer.csv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f))
+  sheet_id = json.loads(call("create_spreadsheet", {"title": "nhl_b2b_analysis"}))["spreadsheetId"]
+  last = chr(ord("A") + len(rows[0]) - 1)
+  call("update_cells", {"spreadsheet_id": sheet_id, "sheet": "Sheet1", "range": f"A1:{last}{len(rows)}",
+                        "data": rows})
+
+
+def _update_material_inventory(gt: str, call) -> None:
+  with open(os.path.join(gt, "config.json"), encoding="utf-8") as f:
+    config = json.load(f)
+  with open(os.path.join(gt, "expected_results.json"), encoding="utf-8") as f:
+    final = json.load(f)["expected_final_inventories"]
+  sheet = config.get("inventory_sheet_name", "Material_Inventory")
+  data = json.loads(call("get_sheet_data", {"spreadsheet_id": config["spreadsheet_id"], "sheet": sheet}))
+  for i, row in enumerate(data["valueRanges"][0]["values"]):
+    if i and row and row[0] in final["google_sheets_material_inventory"]:
+      call("update_cells", {"spreadsheet_id": config["spreadsheet_id"], "sheet": sheet, "range": f"C{i + 1}",
+                            "data": [[final["google_sheets_material_inventory"][row[0]]]]})
+  for sku, stock in final["woocommerce_inventory"].items():
+    product = json.loads(call("woo_products_list", {"sku": sku}))[0]
+    call("woo_products_update", {"productId": product["id"], "productData": {"stock_quantity": stock}})
+
+
 GROUND_TRUTH_COPIES = {
     "CanvasListTestS2LEnv": (("quiz_info.csv", "quiz_info.csv"), ("assignment_info.csv", "assignment_info.csv")),
     "CanvasArrangeExamS2LEnv": (("exam_schedule.xlsx", "exam_schedule.xlsx"),),
     "ExcelMarketResearchS2LEnv": (("Market_Data_gt.csv", "growth_rate.xlsx"),),
+    "MachineOperatingS2LEnv": (("anomaly_report.csv", "anomaly_report.csv"),),
+    "AcademicWarningS2LEnv": (("expected_alerts.csv", "bad_student.csv"),),
+    "ABTestingS2LEnv": (("expected_ratio.csv", "record.csv"),),
+    "NhlB2bAnalysisS2LEnv": (("standard_answer.csv", "nhl_b2b_analysis.csv"),),
+    "UpdateMaterialInventoryS2LEnv": (),
+}
+GROUND_TRUTH_CALLS = {
+    "MachineOperatingS2LEnv": _machine_operating,
+    "AcademicWarningS2LEnv": _academic_warning,
+    "ABTestingS2LEnv": _ab_testing,
+    "NhlB2bAnalysisS2LEnv": _nhl_b2b_analysis,
+    "UpdateMaterialInventoryS2LEnv": _update_material_inventory,
 }
 NO_FILE_GROUND_TRUTH = {
     "CourseAssistantS2LEnv": "reminder emails in the email service; no ground-truth folder",
-    "ABTestingS2LEnv": "record.csv and a bucket or a log entry in google_cloud",
-    "AcademicWarningS2LEnv": "bad_student.csv and critical log entries in google_cloud",
     "ApplyPhDEmailS2LEnv": "an email with the application files in the email service",
-    "MachineOperatingS2LEnv": "the anomaly report uploaded to a google_cloud bucket",
     "SetConfCrDdlS2LEnv": "reminder events in the calendar service",
     "FilterLowSellingProductsS2LEnv": "woocommerce products and subscriber emails",
-    "UpdateMaterialInventoryS2LEnv": "a google sheet's inventory and woocommerce stock",
     "WoocommerceNewWelcomeS2LEnv": "google_cloud customer rows and welcome emails; no ground-truth folder",
     "WoocommerceStockAlertS2LEnv": "a google sheet's rows and alert emails; no ground-truth folder",
-    "NhlB2bAnalysisS2LEnv": "the analysis written to a google sheet",
     "PayableInvoiceCheckerS2LEnv": "snowflake invoice rows and emails",
 }
 
 
 def copy_ground_truth(env: LocaTaskEnv, task: LocaTask) -> list[str]:
-  """Copies the task's GROUND_TRUTH_COPIES into the episode's workspace (after reset); returns the files written.
+  """Puts the task's ground truth where its evaluator looks (after reset): GROUND_TRUTH_COPIES into the workspace,
+  then GROUND_TRUTH_CALLS through the services' tools. Returns what it did ('file NAME', 'call TOOL').
 
   Raises:
-    LocaError: the task type has no file ground truth, or a ground-truth file is missing.
+    LocaError: the task type has no such ground truth, a ground-truth file is missing, or a tool call failed.
   """
   pairs = GROUND_TRUTH_COPIES.get(task.task_type)
-  if not pairs or task.groundtruth is None:
-    raise LocaError(f"{task.task_type} has no ground truth a workspace copy can satisfy: "
+  if pairs is None or task.groundtruth is None:
+    raise LocaError(f"{task.task_type} has no ground truth a copy can satisfy: "
                     f"{NO_FILE_GROUND_TRUTH.get(task.task_type, 'unknown task type')}")
-  written = []
+  done = []
   for src_name, dst_name in pairs:
     src = os.path.join(task.groundtruth, src_name)
     dst = os.path.join(env.workspace_dir, dst_name)
@@ -624,14 +701,24 @@ def copy_ground_truth(env: LocaTaskEnv, task: LocaTask) -> list[str]:
     else:
       shutil.copyfile(src, dst)
     os.chmod(dst, 0o666)
-    written.append(dst_name)
-  return written
+    done.append(f"file {dst_name}")
+
+  def call(name: str, arguments: dict) -> str:
+    res = env.step({"name": name, "arguments": arguments})
+    if res.status != "ok":
+      raise LocaError(f"{task.task_id}: the ground truth's call {name}({arguments}) failed: {res.observation[:300]}")
+    done.append(f"call {name}")
+    return res.observation
+
+  if task.task_type in GROUND_TRUTH_CALLS:
+    GROUND_TRUTH_CALLS[task.task_type](task.groundtruth, call)
+  return done
 
 
 def check(tasks: Sequence[LocaTask], *, python: str | None = None, sandbox: SandboxConfig = SandboxConfig(),
           log=print) -> list[dict]:
   """The done-when check of issue 29 on each task: its state generated (suite() did), every server listed its
-  tools inside its sandbox, the do-nothing episode fails, a ground-truth copy passes (GROUND_TRUTH_COPIES;
+  tools inside its sandbox, the do-nothing episode fails, a ground-truth copy passes (GROUND_TRUTH_COPIES and GROUND_TRUTH_CALLS;
   'n/a' elsewhere). Returns one row per task: {task_id, task_type, seed, generate_s, errors, servers
   {name: tools}, start_s, nothing, groundtruth, ok, note}."""
   rows = []
@@ -642,7 +729,7 @@ def check(tasks: Sequence[LocaTask], *, python: str | None = None, sandbox: Sand
         stamp = json.load(f)
       row = {"task_id": task.task_id, "task_type": task.task_type, "seed": task.seed,
              "generate_s": stamp.get("seconds"), "errors": len(stamp.get("errors", [])), "servers": {},
-             "start_s": None, "nothing": None, "groundtruth": None, "note": ""}
+             "start_s": None, "nothing": None, "nothing_why": "", "groundtruth": None, "note": ""}
       t0 = time.monotonic()
       env = None
       try:
@@ -654,13 +741,15 @@ def check(tasks: Sequence[LocaTask], *, python: str | None = None, sandbox: Sand
         row["servers"] = counts
         env.reset(task.task_id)
         row["nothing"] = "fails" if env.verify() == 0 else "PASSES"
+        row["nothing_why"] = verdict_reason(env.last_verdict)
         if task.task_type in GROUND_TRUTH_COPIES:
           env.reset(task.task_id)
-          copy_ground_truth(env, task)
+          how = copy_ground_truth(env, task)
           passed = env.verify() == 1
+          row["groundtruth_how"] = ", ".join(sorted(set(how)))
           row["groundtruth"] = "passes" if passed else "FAILS"
-          if not passed:
-            row["note"] = " ".join(str(env.last_verdict.get("output", ""))[-300:].split())
+          row["note"] = ("ground truth: " + row["groundtruth_how"] if passed
+                         else verdict_reason(env.last_verdict))
         else:
           row["groundtruth"] = "n/a"
           row["note"] = "evaluator checks " + NO_FILE_GROUND_TRUTH.get(task.task_type, "?")
@@ -676,14 +765,30 @@ def check(tasks: Sequence[LocaTask], *, python: str | None = None, sandbox: Sand
   return rows
 
 
+def verdict_reason(verdict: dict | None) -> str:
+  """The evaluator's own reason in a verdict (loca_runner's last JSON line: info.error, or the error that stopped
+  it), on one line, at most 160 characters."""
+  text = str((verdict or {}).get("output", "")) or str((verdict or {}).get("error", ""))
+  for line in reversed(text.splitlines()):
+    if line.startswith("{"):
+      try:
+        out = json.loads(line)
+      except ValueError:
+        continue
+      why = out.get("error") or (out.get("info") or {}).get("error") or (out.get("info") or {}).get("evaluation")
+      return " ".join(str(why).split())[:160]
+  return " ".join(text.split())[-160:]
+
+
 def format_table(rows: Sequence[dict]) -> str:
   """The check's rows as a Markdown table."""
-  out = ["| task type | seed | state (s) | servers: tools listed in the sandbox | start (s) | do-nothing | "
+  out = ["| task type | seed | state (s) | servers: tools listed in the sandbox | start (s) | do-nothing (why) | "
          "ground-truth copy | ok | note |", "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     servers = ", ".join(f"{k} {v}" for k, v in r["servers"].items()) or "-"
     state = f"{r['generate_s']}" + (f" ({r['errors']} errors)" if r["errors"] else "")
-    out.append(f"| {r['task_type']} | {r['seed']} | {state} | {servers} | {r['start_s']} | {r['nothing']} | "
+    out.append(f"| {r['task_type']} | {r['seed']} | {state} | {servers} | {r['start_s']} | {r['nothing']} "
+               f"({r.get('nothing_why', '')}) | "
                f"{r['groundtruth']} | {'yes' if r['ok'] else 'NO'} | {r['note']} |")
   passed = sum(r["ok"] for r in rows)
   out.append(f"\n{passed} of {len(rows)} tasks ok")

@@ -83,6 +83,16 @@ class ErrorsTest(absltest.TestCase):
     self.assertEqual(loca.main(["--loca_dir", self.root, "--size", "3k"]), 2)
 
   @pytest.mark.fast
+  def test_ground_truth_copy_is_refused_where_there_is_none(self):
+    task = loca.LocaTask("loca/8k/NotesS2LEnv/state0", "", None, None, None, "8k", "NotesS2LEnv", 0, 42, {}, "",
+                         (), self.root)
+    with self.assertRaisesRegex(loca.LocaError, "NotesS2LEnv has no ground truth"):
+      loca.copy_ground_truth(None, task)
+    self.assertFalse(set(loca.GROUND_TRUTH_COPIES) & set(loca.NO_FILE_GROUND_TRUTH))
+    self.assertEqual(set(loca.GROUND_TRUTH_COPIES) | set(loca.NO_FILE_GROUND_TRUTH), set(loca.TASK_TYPES))
+    self.assertLessEqual(set(loca.GROUND_TRUTH_CALLS), set(loca.GROUND_TRUTH_COPIES))
+
+  @pytest.mark.fast
   def test_server_commands(self):
     """Mock servers run their script with LOCA's interpreter (no `uv`), get the task state read-write at
     TASK_INSIDE only when they name it; programs of LOCA's environment stand for `uvx`; npx keeps its package."""
@@ -183,6 +193,37 @@ class FixtureSuiteTest(absltest.TestCase):
     self.env.reset(self.tasks[0].task_id)   # the service state is the generated one again
     self.assertFalse(any(n["archived"] for n in self._notes()))
     self.assertEqual(self.env.verify(), 0)
+
+  def test_ptc_program_in_the_kernel_solves_it(self):
+    """LOCA's python_execute is left out: the model's code runs in ProgAgent's sandboxed kernel, which calls the
+    mock service's tools and writes the workspace the evaluator reads; claim_done ends the episode."""
+    from progagent import harness
+    from progagent import ptc_env
+    code = ("import json\n"
+            "notes = json.loads(tools['list_notes']()) if isinstance(tools['list_notes'](), str) "
+            "else tools['list_notes']()\n"
+            "top = max(notes, key=lambda n: n['value'])\n"
+            "tools['archive_note'](note_id=top['id'])\n"
+            "open('/workspace/answer.txt', 'w').write(str(sum(n['value'] for n in notes)))\n"
+            "print(tools['claim_done']())\n"
+            "import os; print(os.path.exists('/loca/task'))\n")
+    state = {"i": 0}
+
+    def policy(messages, tools):
+      state["i"] += 1
+      if state["i"] > 1:
+        return harness.assistant_message("Done.")
+      return harness.assistant_message("", [{"name": harness.PROGRAM_TOOL, "arguments": {"code": code}}])
+    prog = ptc_env.ProgEnv(self.env, mode="ptc", runtime="kernel", timeout_s=60)
+    try:
+      ep = harness.run_episode(prog, policy, mode="ptc", task_id=self.tasks[1].task_id)
+    finally:
+      prog.close()
+    self.assertEqual(ep.stats.reward, 1.0, self.env.last_verdict)
+    self.assertTrue(self.env.done)
+    out = [m["content"] for m in ep.messages if m["role"] == "tool"][0]
+    self.assertIn("you have claimed the task is done!", out)
+    self.assertIn("False", out)   # the kernel does not see the services' state
 
   def test_mcp_task_fields(self):
     """The records carry McpTask's fields first, so they read as McpTask records."""

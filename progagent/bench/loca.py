@@ -650,6 +650,17 @@ def _update_material_inventory(gt: str, call) -> None:
     call("woo_products_update", {"productId": product["id"], "productData": {"stock_quantity": stock}})
 
 
+def _set_conf_cr_ddl(gt: str, call) -> None:
+  import datetime  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(gt, "conference_metadata.json"), encoding="utf-8") as f:
+    targets = json.load(f)["target_info"]["conferences"]
+  for t in targets:   # evaluation/main.py: an event named with the conference and 'camera ready', 3 h before
+    start = datetime.datetime.fromisoformat(t["deadline"]) - datetime.timedelta(hours=3)
+    call("create_event", {"summary": f"{t['conference']} camera ready deadline ({t['track']})",
+                          "start": {"dateTime": start.isoformat()},
+                          "end": {"dateTime": (start + datetime.timedelta(hours=1)).isoformat()}})
+
+
 GROUND_TRUTH_COPIES = {
     "CanvasListTestS2LEnv": (("quiz_info.csv", "quiz_info.csv"), ("assignment_info.csv", "assignment_info.csv")),
     "CanvasArrangeExamS2LEnv": (("exam_schedule.xlsx", "exam_schedule.xlsx"),),
@@ -659,6 +670,7 @@ GROUND_TRUTH_COPIES = {
     "ABTestingS2LEnv": (("expected_ratio.csv", "record.csv"),),
     "NhlB2bAnalysisS2LEnv": (("standard_answer.csv", "nhl_b2b_analysis.csv"),),
     "UpdateMaterialInventoryS2LEnv": (),
+    "SetConfCrDdlS2LEnv": (),
 }
 GROUND_TRUTH_CALLS = {
     "MachineOperatingS2LEnv": _machine_operating,
@@ -666,15 +678,18 @@ GROUND_TRUTH_CALLS = {
     "ABTestingS2LEnv": _ab_testing,
     "NhlB2bAnalysisS2LEnv": _nhl_b2b_analysis,
     "UpdateMaterialInventoryS2LEnv": _update_material_inventory,
+    "SetConfCrDdlS2LEnv": _set_conf_cr_ddl,
 }
 NO_FILE_GROUND_TRUTH = {
-    "CourseAssistantS2LEnv": "reminder emails in the email service; no ground-truth folder",
-    "ApplyPhDEmailS2LEnv": "an email with the application files in the email service",
-    "SetConfCrDdlS2LEnv": "reminder events in the calendar service",
-    "FilterLowSellingProductsS2LEnv": "woocommerce products and subscriber emails",
+    "CourseAssistantS2LEnv": "reminder emails; the generator writes no ground-truth folder",
     "WoocommerceNewWelcomeS2LEnv": "google_cloud customer rows and welcome emails; no ground-truth folder",
     "WoocommerceStockAlertS2LEnv": "a google sheet's rows and alert emails; no ground-truth folder",
-    "PayableInvoiceCheckerS2LEnv": "snowflake invoice rows and emails",
+    "FilterLowSellingProductsS2LEnv": "woocommerce products and subscriber emails; the ground-truth folder holds "
+                                      "only the generator's parameters",
+    "ApplyPhDEmailS2LEnv": "an email whose ZIP is laid out as the replying professor asks; the ground-truth folder "
+                           "holds the application's source files, not that email",
+    "PayableInvoiceCheckerS2LEnv": "snowflake invoice and payment rows, a column comment and emails to purchasers "
+                                   "(from invoice.jsonl; not written by this check)",
 }
 
 

@@ -183,10 +183,11 @@ class FixtureSuiteTest(absltest.TestCase):
       self.assertFalse(self.env.last_verdict["passed"])
       notes = self._notes()
       top = max(notes, key=lambda n: n["value"])
-      self.env.step({"name": "archive_note", "arguments": {"note_id": top["id"]}})
       with open(os.path.join(self.env.workspace_dir, "answer.txt"), "w") as f:
         f.write(str(sum(n["value"] for n in notes)))
-      self.assertEqual(self.env.verify(), 1, self.env.last_verdict)
+      self.assertEqual(self.env.verify(), 0)   # the note is not archived yet
+      self.env.step({"name": "archive_note", "arguments": {"note_id": top["id"]}})
+      self.assertEqual(self.env.verify(), 1, self.env.last_verdict)   # a change of service state only
       res = self.env.step({"name": "claim_done", "arguments": {}})   # LOCA's claim_done ends the episode
       self.assertTrue(res.done)
       self.assertEqual(res.info["reward"], 1.0)

@@ -565,6 +565,21 @@ class LocaTaskEnv(McpTaskEnv):
       self._done = True
     return wire
 
+  def _fingerprint(self, limit: int = 50_000) -> tuple:
+    """The workspace's fingerprint (McpTaskEnv's) and the services' state's: a verdict is reused only while
+    neither changed (the mock services' tools change only the latter)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(self._state_dir):
+      for n in sorted(dirnames) + sorted(filenames):
+        try:
+          st = os.lstat(os.path.join(dirpath, n))
+        except OSError:
+          continue
+        out.append((os.path.relpath(os.path.join(dirpath, n), self._state_dir), st.st_size, st.st_mtime_ns))
+        if len(out) >= limit:
+          break
+    return super()._fingerprint(limit), tuple(out)
+
   def _close_state(self) -> None:
     try:
       if self._state is not None:

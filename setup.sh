@@ -61,6 +61,9 @@ if [ "$(cat "$LOCA_VENV/.pins" 2>/dev/null)" != "$LOCA_PINS pdf-tools-mcp==0.1.4
   "$LOCA_VENV/bin/python" -m pip install -q --no-deps --ignore-requires-python pdf-tools-mcp==0.1.4
   echo "$LOCA_PINS pdf-tools-mcp==0.1.4" > "$LOCA_VENV/.pins"
 fi
+# excel-mcp-server 0.1.8 (the last with mcp 1.x) logs to <venv>/lib/pythonX.Y/excel-mcp.log, read-only in the
+# sandbox: a link to /tmp, each sandbox's own
+ln -sfn /tmp/excel-mcp.log "$("$LOCA_VENV/bin/python" -c 'import os, sysconfig; print(os.path.dirname(sysconfig.get_paths()["purelib"]))')/excel-mcp.log"
 MEMORY_SERVER=@modelcontextprotocol/server-memory@2026.8.31
 if ! grep -qs '"version": "2026.8.31"' "$MCP_NODE/lib/node_modules/@modelcontextprotocol/server-memory/package.json"; then
   npm install -g -q --prefix "$MCP_NODE" --no-audit --no-fund "$MEMORY_SERVER"

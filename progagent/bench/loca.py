@@ -4,7 +4,7 @@
   tasks = loca.suite(size="64k", task_types=["CanvasListTestS2LEnv"], seeds=[42])
   env = loca.make_env(tasks[:1])                          # an McpTaskEnv: its servers, its evaluator
   prog = ptc_env.ProgEnv(env, mode="ptc", close_env=True) # or 'dtc', 'hybrid'
-  python -m progagent.bench.loca --loca_dir ~/LOCA-bench --size 8k --seeds 42 --check   # the table below
+  python -m progagent.bench.loca --loca_dir ~/LOCA-bench --size 8k --seeds 42 --check   # check(): a table
 
 Source: Zeng et al. 2026, "LOCA-bench: Benchmarking Language Agents Under Controllable and Extreme Context
 Growth", arXiv:2602.07962; code hkust-nlp/LOCA-bench@8cd474d (MIT), read in place from the user's checkout and
@@ -47,6 +47,11 @@ progagent/bench/loca_runner.py, and always in the sandbox (common.sandbox: no ne
     `evaluate` through progagent.evaluator.Evaluator after the episode, in a sandbox of its own, on a copy of
     the task folder with the episode's workspace as `agent_workspace` and the services' state as `local_db`;
     exit status 0 (reward 1.0) is a pass. A call of LOCA's `claim_done` tool ends the episode, as in LOCA.
+
+Check (check(), `--check`; issue 29's done-when): per task, the state generated, every server's tools listed
+inside its sandbox, the do-nothing episode failing (with the evaluator's own reason) and a ground-truth copy
+passing: the generated ground truth put where the evaluator looks (GROUND_TRUTH_COPIES into the workspace,
+GROUND_TRUTH_CALLS through the mock services' tools); 'n/a' with the reason for NO_FILE_GROUND_TRUTH.
 
 Records: LocaTask has McpTask's fields (task_id, instruction, workspace, groundtruth, evaluator) plus where it
 came from; make_env(tasks) builds a LocaTaskEnv (an McpTaskEnv) for tasks sharing one server set (a task type;

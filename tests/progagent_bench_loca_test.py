@@ -226,6 +226,14 @@ class FixtureSuiteTest(absltest.TestCase):
     self.assertIn("you have claimed the task is done!", out)
     self.assertIn("False", out)   # the kernel does not see the services' state
 
+  def test_load_suite_reads_its_flags(self):
+    import argparse
+    p = argparse.ArgumentParser()
+    loca.add_args(p)
+    args = p.parse_args(["--loca_dir", self.root, "--loca_size", "8k", "--loca_seeds", "7",
+                         "--loca_state_dir", self.states])
+    self.assertEqual([t.task_id for t in loca.load_suite(args)], ["loca/8k/NotesS2LEnv/state1"])
+
   def test_mcp_task_fields(self):
     """The records carry McpTask's fields first, so they read as McpTask records."""
     from progagent.mcp_task_env import McpTask

@@ -605,6 +605,33 @@ def make_env(tasks: Sequence[LocaTask], **kwargs) -> LocaTaskEnv:
   return LocaTaskEnv(tasks, **kwargs)
 
 
+def add_args(p: argparse.ArgumentParser) -> None:
+  """The suite's flags, for an evaluation command over several suites (load_suite reads them)."""
+  g = p.add_argument_group("suite loca (LOCA-bench)")
+  g.add_argument("--loca_dir", default=None, help=f"a LOCA-bench checkout (default ${ENV_DIR})")
+  g.add_argument("--loca_size", default=DEFAULT_SIZE, help=f"task set: {', '.join(SIZES)} (default {DEFAULT_SIZE})")
+  g.add_argument("--loca_types", default="", help="task types, comma-separated (default: all 15)")
+  g.add_argument("--loca_seeds", default="", help="env_params.seed values, comma-separated (default: all)")
+  g.add_argument("--loca_state_dir", default=None, help="where states are kept (default <--workdir>/states/loca, "
+                 f"else ${ENV_STATE}, else ~/.cache/progagent/loca)")
+
+
+def load_suite(args: argparse.Namespace) -> list[LocaTask]:
+  """suite() with add_args' flags; each record's environment is make_env([record]) (LOCA's servers need the
+  task's service state mounted, which 'NAME=COMMAND' strings cannot say).
+
+  Raises:
+    as suite().
+  """
+  split = lambda v: [x.strip() for x in str(v or "").split(",") if x.strip()] or None
+  state_dir = getattr(args, "loca_state_dir", None)
+  if state_dir is None and getattr(args, "workdir", None):
+    state_dir = os.path.join(str(args.workdir), "states", "loca")
+  return suite(getattr(args, "loca_dir", None), getattr(args, "loca_size", DEFAULT_SIZE),
+               task_types=split(getattr(args, "loca_types", "")), seeds=split(getattr(args, "loca_seeds", "")),
+               state_dir=state_dir)
+
+
 # --- the adapter's check: state, tools in the sandbox, do-nothing fails, a ground-truth copy passes ---------------
 
 # Ground-truth copies (the check's, not the benchmark's): what a correct episode leaves, made from the generated

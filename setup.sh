@@ -104,4 +104,27 @@ if [ "$(cat "$TL/.stamp" 2>/dev/null)" != "$TL_STAMP" ]; then
   npm install -q --prefix "$TL/node" --no-audit --no-fund
   printf '%s' "$TL_STAMP" > "$TL/.stamp"
 fi
+# LOCA-bench (progagent/bench/loca.py): its own interpreter, .venv/loca, since its mock MCP servers use the `mcp`
+# 1.x low-level server API (the project's own environment has 2.x). Pinned; remade only when the pins change.
+# pdf-tools-mcp declares Python >= 3.12 but runs on 3.11 (no 3.12 syntax): installed with --no-deps beside its
+# dependencies. @modelcontextprotocol/server-memory is LOCA's `memory` server (npx, installed where the sandbox
+# can run it).
+LOCA_VENV=.venv/loca
+LOCA_PINS="mcp==1.30.0 fastmcp==2.14.7 excel-mcp-server==0.1.8 cli-mcp-server==0.2.5 PyPDF2==3.0.1 httpx==0.29.0 \
+requests==2.34.2 pandas==2.3.3 numpy==2.4.6 openpyxl==3.1.5 reportlab==5.1.0 python-dateutil==2.9.0.post0 PyYAML==6.0.4"
+if [ "$(cat "$LOCA_VENV/.pins" 2>/dev/null)" != "$LOCA_PINS pdf-tools-mcp==0.1.4" ]; then
+  rm -rf "$LOCA_VENV"
+  "$PY" -m venv "$LOCA_VENV"
+  "$LOCA_VENV/bin/python" -m pip install -q --upgrade pip
+  "$LOCA_VENV/bin/python" -m pip install -q $LOCA_PINS
+  "$LOCA_VENV/bin/python" -m pip install -q --no-deps --ignore-requires-python pdf-tools-mcp==0.1.4
+  echo "$LOCA_PINS pdf-tools-mcp==0.1.4" > "$LOCA_VENV/.pins"
+fi
+# excel-mcp-server 0.1.8 (the last with mcp 1.x) logs to <venv>/lib/pythonX.Y/excel-mcp.log, read-only in the
+# sandbox: a link to /tmp, each sandbox's own
+ln -sfn /tmp/excel-mcp.log "$("$LOCA_VENV/bin/python" -c 'import os, sysconfig; print(os.path.dirname(sysconfig.get_paths()["purelib"]))')/excel-mcp.log"
+MEMORY_SERVER=@modelcontextprotocol/server-memory@2026.8.31
+if ! grep -qs '"version": "2026.8.31"' "$MCP_NODE/lib/node_modules/@modelcontextprotocol/server-memory/package.json"; then
+  npm install -g -q --prefix "$MCP_NODE" --no-audit --no-fund "$MEMORY_SERVER"
+fi
 echo "setup done: activate with 'source .venv/bin/activate'"

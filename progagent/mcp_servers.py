@@ -116,10 +116,17 @@ class McpServerSpec(NamedTuple):
     name: its namespace (SERVER_NAME_RE).
     argv: the command as written (before resolve_command).
     source: where it came from, for messages (e.g. "--mcp-server fs=npx ...", "config env.mcp.servers[0]").
+    env: extra environment variables of this server only, as (name, value) pairs (API only; e.g. a mock
+      service's data folder, progagent.bench.loca).
+    binds: extra mounts of this server only, as (host folder or common.sandbox_fs.CappedDir, path inside,
+      read_only) (API only: what the caller gives on purpose, e.g. a writable capped folder of service state
+      that the programs' kernel does not see). Ignored without a sandbox.
   """
   name: str
   argv: tuple[str, ...]
   source: str = "--mcp-server"
+  env: tuple[tuple[str, str], ...] = ()
+  binds: tuple[tuple["str | sandbox_fs.CappedDir", str, bool], ...] = ()
 
 
 def parse_server(text: str, *, flag: str = "--mcp-server") -> McpServerSpec:
@@ -441,15 +448,17 @@ class McpServerGroup:
     c = self.config
     srv.log_path = sandbox_guard.owned_tempfile("mcps", suffix=".log")
     if c.enabled:
-      cfg = c._replace(env=tuple(c.env) + (("HOME", "/tmp"), ("PATH", _sandbox_path())))
+      cfg = c._replace(env=tuple(c.env) + (("HOME", "/tmp"), ("PATH", _sandbox_path())) + tuple(srv.spec.env))
+      extra = tuple(srv.spec.binds)
       srv.sandbox = Sandbox(cfg, workspace=self.workspace_cap,
-                            binds=tuple((p, p, True) for p in srv.ro))
-      argv = kernel_launch.strip_project_mounts(srv.sandbox.command(srv.argv), keep=tuple(srv.ro))
+                            binds=tuple((p, p, True) for p in srv.ro) + extra)
+      keep = tuple(srv.ro) + tuple(b[0] for b in extra if isinstance(b[0], str))
+      argv = kernel_launch.strip_project_mounts(srv.sandbox.command(srv.argv), keep=keep)
       env = {"PATH": SANDBOX_PATH}
       cwd = None
     else:
       argv = list(srv.argv)
-      env = dict(os.environ)
+      env = dict(os.environ, **dict(srv.spec.env))
       cwd = self.workspace_dir
     srv.proc = McpProcess(argv, loop=self._lt, env=env, cwd=cwd, stderr_path=srv.log_path)
     try:

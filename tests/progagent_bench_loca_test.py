@@ -226,6 +226,34 @@ class FixtureSuiteTest(absltest.TestCase):
     self.assertIn("you have claimed the task is done!", out)
     self.assertIn("False", out)   # the kernel does not see the services' state
 
+  def test_evaluation_command_runs_the_suite(self):
+    """python -m progagent.bench.evaluate --suite loca: each task in its own environment (its mock service over its
+    state), the env class's verdict recorded; scripted:groundtruth is refused with the reason."""
+    import io as pyio
+    from progagent.bench import evaluate
+    tmp = tempfile.mkdtemp(prefix="pa-loca-eval-")
+    try:
+      argv = ["--suite", "loca", "--loca_dir", self.root, "--loca_size", "8k", "--loca_state_dir", self.states,
+              "--harness", "ptc,dtc", "--workdir", tmp, "--quiet"]
+      with mock.patch("sys.stderr", new_callable=pyio.StringIO) as err:
+        self.assertEqual(evaluate.main(argv + ["--policy", "scripted:groundtruth"]), 2)
+        self.assertIn("progagent.bench.loca --loca_dir DIR --check", err.getvalue())
+      with mock.patch("sys.stdout", new_callable=pyio.StringIO) as out:
+        self.assertEqual(evaluate.main(argv + ["--policy", "scripted:do_nothing"]), 0)
+      self.assertIn("loca", out.getvalue())
+      with open(os.path.join(tmp, "results.json")) as f:
+        res = json.load(f)
+      eps = res["episodes"]
+      self.assertEqual(sorted((e["task_id"], e["mode"]) for e in eps),
+                       [(t.task_id, m) for t in self.tasks for m in ("dtc", "ptc")])
+      for e in eps:
+        self.assertEqual(e["reward"], 0.0)
+        self.assertFalse(e["verdict"]["passed"])
+        self.assertEqual(e["server_tools"], {"notes": 4, "claim_done": 1})
+      self.assertEqual(res["summary"]["loca"]["ptc"]["pass@1"], 0.0)
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
+
   def test_load_suite_reads_its_flags(self):
     import argparse
     p = argparse.ArgumentParser()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from progagent import mcp_task_env
 
@@ -15,13 +15,20 @@ class BenchTask(NamedTuple):
     suite: the suite's name.
     task_id: the task's id within the suite (for a library task: 'domain/name@vK').
     servers: 'NAME=COMMAND' of the task's MCP servers (progagent.mcp_servers.parse_server); () for a library task.
-    task: the McpTask of a task over servers (instruction, workspace, groundtruth, evaluator); None for a
-      library task.
+    task: the McpTask of a task over servers (instruction, workspace, groundtruth, evaluator), or a record with
+      McpTask's fields first (progagent.bench.loca.LocaTask); None for a library task.
+    make_env: where 'NAME=COMMAND' strings cannot say how the task's servers run (LOCA's mock services need the
+      task's service state mounted), a function of no arguments returning the task's McpTaskEnv (or a subclass);
+      None: McpTaskEnv(servers, [task]).
+    groundtruth_note: why scripted:groundtruth cannot solve this task ('' where it can): the evaluation command
+      refuses that policy for it with this reason.
   """
   suite: str
   task_id: str
   servers: tuple[str, ...] = ()
-  task: mcp_task_env.McpTask | None = None
+  task: Any = None
+  make_env: Callable[[], mcp_task_env.McpTaskEnv] | None = None
+  groundtruth_note: str = ""
 
 
 class Suite(NamedTuple):

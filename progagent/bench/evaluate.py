@@ -2,13 +2,15 @@ r"""One evaluation command over benchmark suites and the project's own tasks, un
 
   python -m progagent.bench.evaluate --suite toolathlon_local,progagent --harness ptc,dtc,hybrid \
       --policy scripted:groundtruth | scripted:do_nothing | checkpoint:gguf:smollm2 | endpoint:http://127.0.0.1:8000 \
-      [--model NAME] [--toolathlon_dir DIR] [--progagent_tasks retail --progagent_levels 0] \
+      [--model NAME] [--toolathlon_dir DIR] [--loca_dir DIR --loca_size 8k] \
+      [--progagent_tasks retail --progagent_levels 0] \
       [--samples 1] [--seeds 1000] [--max_turns 30] [--workdir runs/bench] [--out FILE] [--per_task]
 
 For every task of every suite (progagent.bench.suites: `--suite` a comma list of SUITES' names), every harness
 of `--harness` and every (seed, sample) of `--seeds` x `--samples`, one episode of the policy
 (progagent.bench.policies) runs through progagent.harness.run_episode over progagent.ptc_env.ProgEnv:
-  a task over MCP servers (a benchmark's): ProgEnv(McpTaskEnv(its servers, [its task]), mode); the servers are
+  a task over MCP servers (a benchmark's): ProgEnv(McpTaskEnv(its servers, [its task]), mode), or over the
+    environment its suite's factory makes (BenchTask.make_env: LOCA's mock services over the task's state); the servers are
     started once per task (each episode restages the workspace and restarts them), every server and the
     evaluator sandboxed; the system prompt says to finish with a reply that calls no tool
     (harness.system_prompt(mode, submit=False)); reward = the task's own evaluator (exit status 0);
@@ -96,7 +98,10 @@ def run_task(task: BenchTask, policy: Any, *, modes: Sequence[str], seeds: Seque
     progagent.mcp_servers.McpServerError: a server did not start. ValueError: a bad task.
   """
   records = []
-  mcp_env = McpTaskEnv(task.servers, [task.task]) if task.task is not None else None
+  if task.make_env is not None:
+    mcp_env = task.make_env()
+  else:
+    mcp_env = McpTaskEnv(task.servers, [task.task]) if task.task is not None else None
   server_tools = None
   if mcp_env is not None:   # {server: tools it listed from inside its sandbox}
     server_tools = {}
@@ -267,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
       if log:
         log(f"suite {suite.name}: {len(loaded)} tasks")
       tasks += loaded
+    refused = [t for t in tasks if t.groundtruth_note]
+    if policies.parse_policy(a.policy) == ("scripted", "groundtruth") and refused:
+      raise EvaluateError(f"--policy scripted:groundtruth cannot solve {refused[0].suite} tasks "
+                          f"({len(refused)} of them): {refused[0].groundtruth_note}")
     if a.runtime == "inprocess" and any(t.task is not None for t in tasks):
       raise EvaluateError("--runtime inprocess runs programs in this process, where an MCP task's /workspace does "
                           "not exist (a program would write the host's /workspace); use --runtime kernel")

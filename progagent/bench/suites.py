@@ -9,19 +9,27 @@ A suite is a `Suite(name, load, add_args)` (progagent.bench.base): `add_args(par
 `--toolathlon_dir`), `load(args)` reads them and returns the suite's tasks as BenchTask records. A task over MCP
 servers carries what progagent.mcp_task_env.McpTaskEnv takes: its servers ('NAME=COMMAND') and an McpTask
 (instruction, workspace, ground truth, evaluator command); a task of the project's own library carries its
-instance id ('domain/name@vK') and no servers. Adding a benchmark is one more entry in SUITES (a LOCA-bench
-adapter adds `Suite("loca", ...)` the same way).
+instance id ('domain/name@vK') and no servers; a task whose servers need more than a command line (LOCA's mock
+services and their state) carries a `make_env` factory instead. Adding a benchmark is one more entry in SUITES.
 
 Suites here:
   progagent         the project's task library (progagent.tasks): the tasks of `--progagent_tasks` (default
                     every task) at the levels of `--progagent_levels` (default 0); reward = the task's verifier.
   toolathlon_local  the ten Toolathlon tasks whose servers are all local (progagent.bench.toolathlon).
+  loca              LOCA-bench's task set of `--loca_size` (progagent.bench.loca: `--loca_dir`, `--loca_types`,
+                    `--loca_seeds`, `--loca_state_dir`); each task's environment is loca.make_env([task]) (its mock
+                    services over its generated state); reward = the task's env class's own step(). scripted:groundtruth
+                    is refused here: LOCA's ground truth is not a workspace copy (`python -m progagent.bench.loca
+                    --check` runs the copies that do exist).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+
 from progagent import tasks as tasks_lib
+from progagent.bench import loca
 from progagent.bench import toolathlon
 from progagent.bench.base import BenchTask, Suite, SuiteError
 
@@ -50,12 +58,33 @@ def load_progagent(args: argparse.Namespace) -> list[BenchTask]:
   return [BenchTask("progagent", f"{t}@v{lvl}") for lvl in levels for t in ids]
 
 
+# ------------------------------------------------------------------------------------------------ loca
+
+
+LOCA_GROUNDTRUTH_NOTE = ("LOCA's ground truth is the evaluator's reference data, not what an episode leaves; "
+                         "`python -m progagent.bench.loca --loca_dir DIR --check` puts it where each evaluator "
+                         "looks, for the task types where a copy can")
+
+
+def load_loca(args: argparse.Namespace) -> list[BenchTask]:
+  """LOCA-bench's tasks of the `--loca_*` flags (loca.load_suite), states generated under
+  `--loca_state_dir` (default <--workdir>/states/loca), each with its own environment factory.
+
+  Raises:
+    progagent.bench.loca.LocaError: no checkout, an unknown size, task type or seed (a SuiteError through
+      evaluate's exit status 2). progagent.bench.loca.LocaStateError: a state whose generation logged errors.
+  """
+  return [BenchTask("loca", t.task_id, (), t, make_env=functools.partial(loca.make_env, [t]),
+                    groundtruth_note=LOCA_GROUNDTRUTH_NOTE) for t in loca.load_suite(args)]
+
+
 # ------------------------------------------------------------------------------------------------ registry
 
 
 SUITES: dict[str, Suite] = {
     "progagent": Suite("progagent", load_progagent, _progagent_args),
     "toolathlon_local": Suite("toolathlon_local", toolathlon.load_suite, toolathlon.add_args),
+    "loca": Suite("loca", load_loca, loca.add_args),
 }
 
 

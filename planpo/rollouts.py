@@ -36,6 +36,7 @@ import numpy as np
 
 from common import distributed
 from common import env_pool
+from common import provenance
 from common import rollout as rollout_lib
 from common import windowed as win_lib
 from common.env_client import EnvSpec
@@ -109,6 +110,19 @@ def make_pool(config, num_workers: int | None = None) -> env_pool.WorkerPool:
       ro_paths += tuple(p for p in extra if p not in ro_paths)
     return env_pool.WorkerPool(EnvSpec(str(config.env.factory), kwargs, ro_paths=ro_paths), n, **backend)
   return env_pool.WorkerPool.local(functools.partial(factory, **env_kwargs(config)), n, **backend)
+
+
+def data_provenance(pool: env_pool.WorkerPool) -> dict[str, str]:
+  """{folder or file: common.provenance.data_fingerprint} of what the sandboxed workers read: the pool's
+  read-only paths (`env.ro_paths` and what `env.prepare` returned, e.g. WebShop's data folder, however it was
+  chosen: `env.kwargs.data_dir`, $WEBSHOP_DATA or the shared copy), so a result names the data it came from. {} for
+  a pool of local objects (their data is whatever their factory read).
+
+  Raises:
+    FileNotFoundError: a read-only path vanished since the pool started.
+  """
+  spec = getattr(pool, "spec", None)
+  return {p: provenance.data_fingerprint([p]) for p in (spec.ro_paths if spec is not None else ())}
 
 
 def task_requests(config) -> list[tuple[str, list[str] | None, int]]:

@@ -715,6 +715,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
     print(f"primary cell (named before the run): d turns among successes, {p.run} - {p.reference}, on each held-out "
           f"split, with success non-inferior by a margin of {float(p.success_margin):.2f}", flush=True)
   pool = rollouts.make_pool(config)
+  data_read = rollouts.data_provenance(pool)
+  for path, digest in data_read.items():
+    logging.info("data: %s sha256 %s", path, digest)
   budget = [-1 if stop_after is None else int(stop_after)]
   results: dict[str, dict[int, dict]] = {r: {} for r in config.runs}
   sft_data: dict[int, dict] = {}
@@ -804,7 +807,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *, stop_after: int | No
   if distributed.is_primary():   # several processes: only the primary writes (common/distributed.py)
     io.write_json(os.path.join(workdir, f"results_{tag}.json"),
                   {"code": version, "runs": {r: {str(s): v for s, v in by_seed.items()} for r, by_seed in results.items()},
-                   "task_types": types, "differences": diffs, "sft_data": sft_data,
+                   "task_types": types, "differences": diffs, "sft_data": sft_data, "data": data_read,
                    "gate": {str(k): v for k, v in gates.items()}, "config": config.to_dict()}, default=str)
     with open(os.path.join(workdir, f"results_{tag}.txt"), "w") as f:
       f.write(table + "\n")

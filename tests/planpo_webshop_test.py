@@ -64,6 +64,34 @@ class ConfigTest(absltest.TestCase):
       rollouts.make_pool(c)
 
 
+@absltest.skipUnless(READY and HAVE_BWRAP, WHY + " and bubblewrap")
+class DataProvenanceTest(absltest.TestCase):
+  """The results name the data they came from: a folder the user gives wins, and its fingerprint is recorded."""
+
+  def test_user_folder_is_read_and_fingerprinted(self):
+    from common import provenance
+    from planpo import rollouts
+    copy = tempfile.mkdtemp(prefix="webshop-copy-")
+    self.addCleanup(shutil.rmtree, copy, ignore_errors=True)
+    for name in data_lib.FILES:
+      shutil.copyfile(os.path.join(data_lib.find_data_dir(), name), os.path.join(copy, name))
+    c = planpo_webshop.get_config("smoke")
+    c.env.kwargs.data_dir = copy
+    with self.assertRaisesRegex(Exception, r"cannot be read by uid 65534.*chmod -R a\+rX"):   # mkdtemp's 0700
+      rollouts.make_pool(c, num_workers=1)
+    os.chmod(copy, 0o755)
+    pool = rollouts.make_pool(c, num_workers=1)
+    try:
+      got = rollouts.data_provenance(pool)
+    finally:
+      pool.close()
+    folder = os.path.realpath(copy)
+    self.assertEqual(got, {folder: provenance.data_fingerprint([folder])})
+    with open(os.path.join(copy, data_lib.FILES[0]), "a") as f:   # another copy of the data: another digest
+      f.write("\n")
+    self.assertNotEqual(provenance.data_fingerprint([folder]), got[folder])
+
+
 @absltest.skipUnless(READY, WHY)
 class ContractTest(absltest.TestCase):
   """The queries and step info the PlanPO trainer reads, on one in-process env with the config's kwargs."""
@@ -133,6 +161,7 @@ class SmokeTest(absltest.TestCase):
     random_eps = saved["runs"]["random"]["0"]["valid"]["episodes"]
     self.assertTrue(any(a.startswith("search[") for ep in random_eps for a in ep["actions"]))   # the template filled
     self.assertGreater(saved["sft_data"]["0"]["sft/episodes"], 0)   # the gold replays won
+    self.assertEqual(list(saved["data"]), [data_lib.find_data_dir()])   # the data folder and its fingerprint
 
 
 if __name__ == "__main__":

@@ -90,7 +90,13 @@ def find_data_dir(data_dir: str | None = None) -> str:
     folder, how = shared_dir(), "the default shared copy"
   missing = _missing(folder) if os.path.isdir(folder) else list(FILES)
   if missing:
-    where = "does not exist" if not os.path.isdir(folder) else f"lacks {', '.join(missing)}"
+    if not os.path.isdir(folder):
+      where = "does not exist"
+    elif not os.access(folder, os.R_OK | os.X_OK):   # e.g. a 0700 folder read by a sandboxed worker's uid
+      where = (f"cannot be read by uid {os.getuid()} (sandboxed workers run as an unprivileged user: make the "
+               "folder and its files world-readable, e.g. chmod -R a+rX)")
+    else:
+      where = f"lacks {', '.join(missing)}"
     raise FileNotFoundError(
         f"WebShop data not found: {folder} ({how}) {where}. The environment needs {' and '.join(FILES)} (WebShop's "
         "1,000-product small mode; ../shared/data/webshop/README.md says what they are and where they come from). "

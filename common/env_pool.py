@@ -89,7 +89,10 @@ class WorkerPool:
   (or the factory's exception) if any cannot start (the others are closed first). A Ray worker whose actor
   or node is lost fails its calls with EnvError('crash'), like a local process that died.
   Raises:
-    ValueError: num_workers < 1, both or neither of spec and env_factory, an unknown backend.
+    ValueError: num_workers < 1, both or neither of spec and env_factory, an unknown backend, a Ray cluster
+      with fewer CPUs than the workers' actors need (common.env_pool_ray.check_capacity; checked before any
+      actor starts).
+    ConnectionError: backend 'ray' and nothing listens at `address` (common.env_pool_ray.connect).
     ImportError: backend 'ray' without Ray installed.
   """
 
@@ -115,6 +118,7 @@ class WorkerPool:
     if backend == "ray":
       from common import env_pool_ray
       env_pool_ray.connect(address)
+      env_pool_ray.check_capacity(num_workers, self.ray_options)
     self.loop = None if in_process or backend == "ray" else LoopThread("env-pool-loop")
     self._starter = concurrent.futures.ThreadPoolExecutor(max(2, num_workers), "env-start")
     self.workers: list[Any] = [None] * num_workers

@@ -54,6 +54,8 @@ DEFAULT_ACTOR_OPTIONS = {"num_cpus": 1, "scheduling_strategy": "SPREAD", "max_co
                          "max_restarts": 0}
 # Seconds, on top of the worker's own start timeout, that Ray may take to place and start the actor process.
 PLACEMENT_SLACK_S = 60.0
+# Seconds a TCP connect to the head's address may take before connect() says nothing listens there.
+CONNECT_CHECK_S = 5.0
 # Seconds allowed for the small control calls (alive, a kill before the actor is killed).
 CONTROL_TIMEOUT_S = 10.0
 _NODE_HINT = ("every Ray node that hosts environment workers needs the project (the same commit) installed in the "
@@ -77,12 +79,46 @@ def connect(address: str | None) -> None:
       machine), or ''/None: Ray's default (the RAY_ADDRESS variable, else a new Ray instance on this machine).
   Raises:
     ImportError: Ray is not installed (names the extra).
-    ConnectionError (Ray's): no cluster answers at `address`.
+    ConnectionError: nothing listens at a 'HOST:PORT' `address` (checked with a TCP connect of at most
+      CONNECT_CHECK_S first: Ray itself would retry for minutes), naming the address and how to start a head;
+      or (Ray's) no cluster answers there.
   """
   ray = _ray()
   if ray.is_initialized():
     return
+  host, sep, port = str(address or "").rpartition(":")
+  if sep and host and "://" not in str(address):
+    try:
+      with socket.create_connection((host, int(port)), timeout=CONNECT_CHECK_S):
+        pass
+    except (OSError, ValueError) as e:
+      raise ConnectionError(
+          f"no Ray cluster at {address} ({type(e).__name__}: {e}): start its head there with `ray start --head "
+          f"--port={port} --num-cpus=0`, or set the address it printed (config key env.ray_address)") from None
   ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING)
+
+
+def check_capacity(num_workers: int, actor_options: dict | None = None) -> None:
+  """Refuses a pool whose actors need more CPUs than the connected cluster has (Ray would wait for them, and the
+  pool would fail only after its start timeout with 'start').
+
+  Args:
+    num_workers: the pool's workers, one actor each.
+    actor_options: the pool's Ray actor options over DEFAULT_ACTOR_OPTIONS (their num_cpus counts).
+  Raises:
+    ValueError: naming the CPUs needed and present, and the two fixes (more nodes, or fewer workers: config key
+      env.workers). A cluster that grows on demand (Ray's autoscaler) is counted as it is now.
+  """
+  ray = _ray()
+  per = float({**DEFAULT_ACTOR_OPTIONS, **(actor_options or {})}.get("num_cpus", 1) or 0)
+  have = float(ray.cluster_resources().get("CPU", 0.0))
+  need = per * int(num_workers)
+  if need > have:
+    fit = int(have // per) if per else num_workers
+    raise ValueError(
+        f"the environment pool needs {need:g} CPUs on the Ray cluster ({num_workers} workers x {per:g}), and the "
+        f"cluster has {have:g}: add environment nodes (`ray start --address=HEAD:PORT --num-cpus=N` on each) or run "
+        f"fewer workers (config key env.workers, e.g. --config.env.workers={max(fit, 1)})")
 
 
 def check_node(paths: Sequence[tuple[str, str]], *, need_bwrap: bool) -> list[str]:

@@ -36,7 +36,8 @@ model that path (tool_description). It is written back to DIR at exit. The serve
 same time (the servers on a thread; the kernel reads their tool list right before its prelude), so the runtime
 adds about a kernel's start to the servers' own (benchmarks/mcp_cold_start.py). Command resolution, sandbox and
 naming rules: progagent/mcp_servers.py. A command that cannot run (no '=', a bad name, an unknown program, an npm
-package not installed) is refused before anything starts, naming --mcp-server (exit status 2).
+package not installed) is refused before anything starts, naming --mcp-server (exit status 2); a server that
+starts but dies before listing its tools ends the run with one line naming it, with its stderr's tail (exit status 2).
 `--evaluator COMMAND` runs once the episode is over (stdin closed, or SIGTERM), after the kernel and the servers
 have stopped, in a sandbox of its own with the workspace read-only at {workspace} and `--groundtruth DIR` at
 {groundtruth} (progagent/evaluator.py); its verdict {passed, reward, exit_code, timed_out, seconds, output, ...}
@@ -585,6 +586,22 @@ def _close_all(holder: list) -> None:
   holder.clear()
 
 
+def _server_start_error(e: BaseException) -> BaseException | None:
+  """The progagent.mcp_servers.McpServerError inside `e` (an exception group of the serving task group, or the
+  cause or context chain), or None."""
+  from progagent import mcp_servers
+  seen, todo = set(), [e]
+  while todo:
+    x = todo.pop()
+    if x is None or id(x) in seen:
+      continue
+    seen.add(id(x))
+    if isinstance(x, mcp_servers.McpServerError):
+      return x
+    todo += list(getattr(x, "exceptions", ()) or ()) + [x.__cause__, x.__context__]
+  return None
+
+
 def main(argv: list[str] | None = None) -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   what = p.add_mutually_exclusive_group(required=True)
@@ -737,6 +754,14 @@ def main(argv: list[str] | None = None) -> None:
       _import_sdk()
     import anyio
     anyio.run(serve, build)
+  except BaseException as e:  # a backend server that would not start: its message, not the task group's traceback
+    start_error = _server_start_error(e) if specs is not None else None
+    if start_error is None:
+      raise
+    print(f"error: {start_error}", file=sys.stderr)
+    failed = True
+  else:
+    failed = False
   finally:
     closing.append(True)
     t_close = time.monotonic()
@@ -752,6 +777,8 @@ def main(argv: list[str] | None = None) -> None:
       logging.shutdown()
       sys.stderr.flush()
       os._exit(128 + terminated[0])
+  if failed:
+    sys.exit(2)
 
 
 if __name__ == "__main__":

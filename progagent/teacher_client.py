@@ -285,11 +285,11 @@ class ChatClient:
         delay = min(self.max_backoff_s, self.backoff_s * 2 ** attempt if wait is None else wait)
         self.sleep(delay)
     raise TeacherError(f"no answer from {self.url} after {1 + self.max_retries} attempts; last error: {last}. "
-                       "Is the server running and reachable (try curl {base_url}/v1/models)?")
+                       f"Is the server running and reachable (try curl {self.url.rsplit('/chat/completions', 1)[0]}/models)?")
 
   def _http_message(self, code: int, body: str) -> str:
     hint = {401: "check --api-key / $OPENAI_API_KEY", 403: "check --api-key / $OPENAI_API_KEY",
-            404: "check --base-url (the client posts to {base_url}/v1/chat/completions) and --model",
+            404: f"check --base-url (the client posts to {self.url}) and --model",
             400: "the server refused the request; its message says which field (a server without "
                  "chat_template_kwargs support needs --thinking server)",
             422: "the server refused the request; its message says which field"}.get(code, "")

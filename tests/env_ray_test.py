@@ -262,6 +262,26 @@ class RayPoolTest(sct._Sandboxes):   # the host secret and listeners of the atta
       time.sleep(0.2)
     self.assertEqual(_sandbox_leftovers(lost_actors), [])
 
+  def test_pool_larger_than_the_cluster_is_refused_at_once(self):
+    """Node B has 4 CPUs: 5 one-CPU workers would wait for Ray until the start timeout; refused before any
+    actor starts, naming the counts and the config key."""
+    t0 = time.monotonic()
+    with self.assertRaisesRegex(ValueError, r"needs 5 CPUs.*has 4.*--config\.env\.workers=4"):
+      WorkerPool(TWX, 5, backend="ray", address=self.cluster.address)
+    self.assertLess(time.monotonic() - t0, 60)
+
+  def test_no_cluster_at_the_address_fails_fast(self):
+    """A wrong address: one error naming it and how to start a head (Ray alone retries for minutes)."""
+    import subprocess
+    import sys
+    port = procs.free_port()
+    code = f"from common import env_pool_ray; env_pool_ray.connect('127.0.0.1:{port}')"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    self.assertNotEqual(p.returncode, 0)
+    self.assertIn(f"no Ray cluster at 127.0.0.1:{port}", p.stderr)
+    self.assertIn(f"ray start --head --port={port}", p.stderr)
+
   def test_missing_data_path_is_named_at_start(self):
     missing = "/nonexistent-agentrl-data/webshop"
     spec = TWX._replace(ro_paths=(missing,))

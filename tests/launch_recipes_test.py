@@ -117,15 +117,19 @@ class FlagCheck(absltest.TestCase):
     return flag_values(argv)
 
 
-def dry_run(env: dict[str, str], tmp: str) -> subprocess.CompletedProcess:
-  """The sbatch script with DRY_RUN=1, a stand-in scontrol on PATH and `env` as the job's environment."""
-  fake = pathlib.Path(tmp) / "bin"
+def dry_run(env: dict[str, str], tmp: str, with_scontrol: bool = True) -> subprocess.CompletedProcess:
+  """The sbatch script with DRY_RUN=1, a stand-in scontrol on PATH (unless not `with_scontrol`) and `env` as the
+  job's environment."""
+  fake = pathlib.Path(tmp) / ("bin" if with_scontrol else "empty")
   fake.mkdir(exist_ok=True)
-  scontrol = fake / "scontrol"
-  scontrol.write_text('#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && tr "," "\\n" <<< "$3"\n')
-  scontrol.chmod(0o755)
+  if with_scontrol:
+    scontrol = fake / "scontrol"
+    scontrol.write_text('#!/usr/bin/env bash\n[ "$1 $2" = "show hostnames" ] && tr "," "\\n" <<< "$3"\n')
+    scontrol.chmod(0o755)
   base = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-  base.update(PATH=f"{fake}:{os.environ['PATH']}", DRY_RUN="1", REPO_DIR=str(REPO),
+  path = os.environ["PATH"] if with_scontrol else ":".join(
+      d for d in os.environ["PATH"].split(":") if not os.path.exists(os.path.join(d, "scontrol")))
+  base.update(PATH=f"{fake}:{path}", DRY_RUN="1", REPO_DIR=str(REPO),
               PYTHON=str(REPO / ".venv" / "bin" / "python"))
   base.update(env)
   return subprocess.run(["bash", str(SBATCH)], env=base, capture_output=True, text=True, timeout=60, cwd=REPO)
@@ -242,11 +246,17 @@ class SlurmTest(FlagCheck):
     base = dict(SLURM_JOB_NODELIST="n1,n2", SLURM_JOB_CPUS_PER_NODE="8(x2)", CONFIG="configs/planpo_twx.py",
                 WORKDIR="/shared/w")
     for change, msg in ((dict(CONFIG=""), "set CONFIG"), (dict(NUM_TRAINER_NODES="3"), "the allocation has 2 nodes"),
-                        (dict(NUM_TRAINER_NODES="2"), "no environment node")):
+                        (dict(NUM_TRAINER_NODES="2"), "no environment node"),
+                        (dict(NUM_TRAINER_NODES="abc"), "NUM_TRAINER_NODES=abc: a whole number"),
+                        (dict(SLURM_JOB_NODELIST=""), "SLURM_JOB_NODELIST is not set")):
       p = dry_run({**base, **change}, tmp)
       self.assertNotEqual(p.returncode, 0, change)
       self.assertIn(msg, p.stderr)
+      self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)   # one line, no follow-on error
       self.assertNotIn("+ srun", p.stdout)
+    p = dry_run(base, tmp, with_scontrol=False)
+    self.assertEqual(p.returncode, 2)
+    self.assertIn("scontrol not found", p.stderr)
 
 
 def render(values: dict[str, str], *files: str) -> subprocess.CompletedProcess:

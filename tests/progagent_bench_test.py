@@ -180,6 +180,41 @@ class CheckoutTest(absltest.TestCase):
     with self.assertRaises(suites.SuiteError):
       suites.get_suites("progagent,loca_unknown")
 
+  def test_a_policy_that_cannot_be_made_is_one_line_and_exit_2(self):
+    common = ["--suite", "progagent", "--progagent_tasks", "retail/pending_over_500", "--harness", "ptc"]
+    for policy, says in ((["--policy", "endpoint:http://127.0.0.1:1"], "--model"),
+                         (["--policy", "checkpoint:/nonexistent/ckpt"], "/nonexistent/ckpt")):
+      with mock.patch("sys.stderr", new_callable=pyio.StringIO) as err:
+        self.assertEqual(evaluate.main(common + policy), 2)
+      self.assertTrue(err.getvalue().startswith("error: "), err.getvalue())
+      self.assertIn(says, err.getvalue())
+
+  def test_an_endpoint_that_stops_answering_keeps_what_ran(self):
+    """No server at the URL: the run stops with exit 3 and the URL to check; the JSON is still written, with
+    the reason (nothing that ran is lost)."""
+    tmp = tempfile.mkdtemp(prefix="pa-bench-gone-")
+    self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+    port = procs.free_port()
+    argv = ["--suite", "progagent", "--progagent_tasks", "retail/pending_over_500", "--harness", "ptc",
+            "--runtime", "inprocess", "--policy", f"endpoint:http://127.0.0.1:{port}", "--model", "m",
+            "--workdir", tmp, "--quiet"]
+    with mock.patch("sys.stderr", new_callable=pyio.StringIO) as err, mock.patch("sys.stdout", new_callable=pyio.StringIO):
+      self.assertEqual(evaluate.main(argv), 3)
+    self.assertIn(f"curl http://127.0.0.1:{port}/v1/models", err.getvalue())
+    self.assertNotIn("{base_url}", err.getvalue())
+    with open(os.path.join(tmp, "results.json")) as f:
+      res = json.load(f)
+    self.assertIn("TeacherError in progagent/retail/pending_over_500@v0", res["stopped"])
+    self.assertEqual(res["episodes"], [])
+
+  def test_per_task_labels_do_not_repeat_the_suite(self):
+    recs = [{"suite": "loca", "task_id": "loca/8k/X/state0", "mode": "ptc", "passed": False},
+            {"suite": "toolathlon_local", "task_id": "paper-checker", "mode": "ptc", "passed": True}]
+    table = evaluate.format_per_task(recs, ["ptc"])
+    self.assertIn("\nloca/8k/X/state0 ", table)
+    self.assertIn("toolathlon_local/paper-checker", table)
+    self.assertNotIn("loca/loca", table)
+
   def test_policy_specs(self):
     self.assertEqual(policies.parse_policy("checkpoint:gguf:smollm2"), ("checkpoint", "gguf:smollm2"))
     self.assertEqual(policies.parse_policy("endpoint:http://127.0.0.1:8000"), ("endpoint", "http://127.0.0.1:8000"))

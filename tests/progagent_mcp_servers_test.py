@@ -408,7 +408,8 @@ class RuntimeServerTest(absltest.TestCase):
                                "--verdict-file", self.verdict_file],
                        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120,
                        input="")
-    self.assertNotEqual(p.returncode, 0)
-    self.assertRegex(p.stderr, r"(?s)--mcp-server bad=.*did not start.*no mcp here")
+    self.assertEqual(p.returncode, 2, p.stderr)
+    self.assertRegex(p.stderr, r"(?s)^error: '--mcp-server bad=.*did not start.*no mcp here")
+    self.assertNotIn("Traceback", p.stderr)   # one message, not the task group's traceback
     with open(self.verdict_file) as f:
       self.assertEqual(json.load(f)["done"], False)

@@ -37,9 +37,12 @@ of tools each of the task's servers listed, the
 evaluator's verdict without its output beyond 2,000 characters, the endpoint's usage, the first 1,000
 characters of the last reply's text, seconds).
 
-Exit status: 0 when every episode ran (whatever the rewards), 2 on bad arguments or a suite that cannot load
-(the reason on stderr: e.g. no Toolathlon checkout, naming what to fetch); a task whose servers do not start stops
-the run with progagent.mcp_servers.McpServerError (its stderr's end in the message).
+Exit status: 0 when every episode ran (whatever the rewards), 2 on bad arguments, a policy that cannot be made
+(an endpoint without --model, a missing checkpoint) or a suite that cannot load (the reason on stderr: e.g. no
+Toolathlon checkout, naming what to fetch), 3 when an endpoint stopped answering (progagent.teacher_client's
+TeacherError, with the URL to check): the episodes that ran are written, with the reason under "stopped"; a task
+whose servers do not start stops the run with progagent.mcp_servers.McpServerError (its stderr's end in the
+message).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from progagent.bench import policies
 from progagent.bench import suites as suites_lib
 from progagent.bench.base import BenchTask, SuiteError
 from progagent.mcp_task_env import McpTaskEnv
+from progagent.teacher_client import TeacherError
 
 _log = logging.getLogger(__name__)
 
@@ -143,7 +147,7 @@ def run_task(task: BenchTask, policy: Any, *, modes: Sequence[str], seeds: Seque
           rec["eval_error"] = bool(v and (v.get("error") or v.get("timed_out")))
           records.append(rec)
           if log:
-            log(f"  {task.suite}/{task.task_id} {mode} seed={seed} #{sample}: R={rec['reward']:.0f} end={st.end} "
+            log(f"  {_label(task.suite, task.task_id)} {mode} seed={seed} #{sample}: R={rec['reward']:.0f} end={st.end} "
                 f"turns={st.turns} calls={st.tool_calls} ctx={st.context_tokens} ({rec['seconds']:.1f} s)")
   finally:
     if mcp_env is not None:
@@ -193,17 +197,22 @@ def format_table(summary: dict) -> str:
   return "\n".join(lines)
 
 
+def _label(suite: str, task_id: str) -> str:
+  """'suite/task', or the task id alone where it already begins with its suite (LOCA's 'loca/8k/...')."""
+  return task_id if task_id.startswith(f"{suite}/") else f"{suite}/{task_id}"
+
+
 def format_per_task(records: Sequence[dict], modes: Sequence[str]) -> str:
   """task x harness: passed/episodes."""
   tasks = list(dict.fromkeys((r["suite"], r["task_id"]) for r in records))
-  width = max([4] + [len(f"{s}/{t}") for s, t in tasks])
+  width = max([4] + [len(_label(s, t)) for s, t in tasks])
   lines = [f"{'task':{width}} " + " ".join(f"{m:>7}" for m in modes)]
   for s, t in tasks:
     cells = []
     for m in modes:
       rs = [r for r in records if r["suite"] == s and r["task_id"] == t and r["mode"] == m]
       cells.append(f"{sum(r['passed'] for r in rs)}/{len(rs)}" if rs else "-")
-    lines.append(f"{f'{s}/{t}':{width}} " + " ".join(f"{c:>7}" for c in cells))
+    lines.append(f"{_label(s, t):{width}} " + " ".join(f"{c:>7}" for c in cells))
   return "\n".join(lines)
 
 
@@ -279,12 +288,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.runtime == "inprocess" and any(t.task is not None for t in tasks):
       raise EvaluateError("--runtime inprocess runs programs in this process, where an MCP task's /workspace does "
                           "not exist (a program would write the host's /workspace); use --runtime kernel")
+    policy = policies.make_policy(a.policy, model=a.model, api_key=a.api_key, temperature=a.temperature,
+                                  max_new_tokens=a.max_new_tokens, max_context_tokens=a.max_context_tokens,
+                                  corpus=_corpus(tasks))
   except (SuiteError, EvaluateError, policies.PolicyError, ValueError, KeyError) as e:
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {e}", file=sys.stderr)   # a CheckpointError is a ValueError
     return 2
-  policy = policies.make_policy(a.policy, model=a.model, api_key=a.api_key, temperature=a.temperature,
-                                max_new_tokens=a.max_new_tokens, max_context_tokens=a.max_context_tokens,
-                                corpus=_corpus(tasks))
   tokenizer = getattr(policy, "tokenizer", None)
   if tokenizer is None and a.tokenizer:
     import transformers  # pylint: disable=g-import-not-at-top
@@ -293,9 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   os.makedirs(cache_dir, exist_ok=True)
   t0 = time.monotonic()
   records: list[dict] = []
+  stopped = None
   for task in tasks:
-    records += run_task(task, policy, modes=modes, seeds=seeds, samples=a.samples, runtime=a.runtime,
-                        max_turns=a.max_turns, tokenizer=tokenizer, cache_dir=cache_dir, log=log)
+    try:
+      records += run_task(task, policy, modes=modes, seeds=seeds, samples=a.samples, runtime=a.runtime,
+                          max_turns=a.max_turns, tokenizer=tokenizer, cache_dir=cache_dir, log=log)
+    except TeacherError as e:   # the endpoint is gone: keep what ran, say why the rest did not
+      stopped = f"{type(e).__name__} in {task.suite}/{task.task_id}: {e}"
+      break
   summary = summarize(records)
   table = format_table(summary)
   print(table)
@@ -306,9 +320,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   result = {"code": provenance.code_version(), "policy": policies.describe(a.policy), "argv": list(argv or sys.argv[1:]),
             "args": {k: v for k, v in vars(a).items() if k != "api_key"}, "harnesses": modes, "seeds": seeds,
             "summary": summary, "table": table, "overflow": getattr(policy, "overflow", None),
-            "seconds": round(time.monotonic() - t0, 1), "episodes": records}
+            "seconds": round(time.monotonic() - t0, 1), "episodes": records, "stopped": stopped}
   io.write_json(out, result)
   print(f"wrote {out} (commit {result['code']['commit'][:12]}{' dirty' if result['code']['dirty'] else ''})")
+  if stopped:
+    print(f"error: the evaluation stopped after {len(records)} episodes: {stopped}", file=sys.stderr)
+    return 3
   return 0
 
 

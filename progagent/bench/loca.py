@@ -204,7 +204,7 @@ def config_path(loca_dir: str, size: str) -> str:
     UnknownSizeError: `size` is not one of SIZES. LocaCheckoutError: the file is missing.
   """
   if size not in SIZES:
-    raise UnknownSizeError(f"size {size!r} (--size) is not a LOCA-bench task set; the sets are {', '.join(SIZES)}")
+    raise UnknownSizeError(f"size {size!r} (--size; --loca_size in progagent.bench.evaluate) is not a LOCA-bench task set; the sets are {', '.join(SIZES)}")
   path = os.path.join(loca_dir, "task-configs", f"final_{size}_set_config.json")
   if not os.path.isfile(path):
     raise LocaCheckoutError(f"{path} is missing from the checkout: fetch a full checkout of {REPO}")
@@ -235,14 +235,14 @@ def select(loca_dir: str, size: str, task_types: Sequence[str] | None = None,
   if task_types:
     unknown = [t for t in task_types if t not in names]
     if unknown:
-      raise UnknownTaskTypeError(f"task types {unknown} (--types) are not in the {size} set; it holds "
+      raise UnknownTaskTypeError(f"task types {unknown} (--types; --loca_types in progagent.bench.evaluate) are not in the {size} set; it holds "
                                  f"{', '.join(names)}")
   chosen = [e for e in all_entries if not task_types or e[0] in task_types]
   if seeds is not None:
     want = {str(s) for s in seeds}
     have = {str(c.get("env_params", {}).get("seed")) for _, _, c in chosen}
     if not want <= have:
-      raise UnknownSeedError(f"seeds {sorted(want - have)} (--seeds) are not in the {size} set's chosen entries; "
+      raise UnknownSeedError(f"seeds {sorted(want - have)} (--seeds; --loca_seeds in progagent.bench.evaluate) are not in the {size} set's chosen entries; "
                              f"their seeds are {sorted(have)}")
     chosen = [e for e in chosen if str(e[2].get("env_params", {}).get("seed")) in want]
   return chosen

@@ -118,7 +118,7 @@ def check_capacity(num_workers: int, actor_options: dict | None = None) -> None:
     raise ValueError(
         f"the environment pool needs {need:g} CPUs on the Ray cluster ({num_workers} workers x {per:g}), and the "
         f"cluster has {have:g}: add environment nodes (`ray start --address=HEAD:PORT --num-cpus=N` on each) or run "
-        f"fewer workers (config key env.workers, e.g. --config.env.workers={max(fit, 1)})")
+        f"fewer workers: --config.env.workers={max(fit, 1)} (config key env.workers)")
 
 
 def check_node(paths: Sequence[tuple[str, str]], *, need_bwrap: bool) -> list[str]:

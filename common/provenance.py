@@ -30,6 +30,19 @@ def code_version() -> dict[str, str | bool]:
   return {"commit": commit, "dirty": bool(status), "root": _ROOT}
 
 
+def file_sha256(path: str) -> str:
+  """sha256 hex digest (64 characters) of one file's contents, read in 1 MiB chunks.
+
+  Raises:
+    OSError: the file cannot be read (FileNotFoundError when it does not exist).
+  """
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
 def data_fingerprint(paths: list[str]) -> str:
   """sha256 hex digest of the files under `paths`: their relative paths and contents, in sorted order.
 
@@ -58,9 +71,5 @@ def data_fingerprint(paths: list[str]) -> str:
       files[os.path.relpath(p, parent).replace(os.sep, "/")] = p
   total = hashlib.sha256()
   for rel in sorted(files):
-    h = hashlib.sha256()
-    with open(files[rel], "rb") as f:
-      for chunk in iter(lambda: f.read(1 << 20), b""):
-        h.update(chunk)
-    total.update(f"{rel}\0{h.hexdigest()}\n".encode("utf-8", "surrogateescape"))
+    total.update(f"{rel}\0{file_sha256(files[rel])}\n".encode("utf-8", "surrogateescape"))
   return total.hexdigest()

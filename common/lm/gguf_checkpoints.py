@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from common import provenance
 from common.lm.config import CheckpointError
 
 GGUF_PREFIX = "gguf:"
@@ -277,15 +278,7 @@ def convert(path: str, out_dir: str) -> None:
     json.dump(config, f, indent=1)
   tokenizer.save_pretrained(out_dir)
   with open(os.path.join(out_dir, "gguf_source.json"), "w") as f:
-    json.dump({"gguf": os.path.abspath(path), "sha256": _sha256(path)}, f, indent=1)
-
-
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 22), b""):
-      h.update(block)
-  return h.hexdigest()
+    json.dump({"gguf": os.path.abspath(path), "sha256": provenance.file_sha256(path)}, f, indent=1)
 
 
 def resolve(spec: str, *, cache_dir: str | None = None, config_key: str = "model.checkpoint") -> str:
@@ -302,7 +295,7 @@ def resolve(spec: str, *, cache_dir: str | None = None, config_key: str = "model
   src = gguf_file(spec, config_key=config_key)
   root = pathlib.Path(cache_dir).expanduser() if cache_dir else checkpoints.default_cache_dir()
   recipe = hashlib.sha256(inspect.getsource(inspect.getmodule(resolve)).encode()).hexdigest()
-  digest = hashlib.sha256(f"{_sha256(src)} {recipe}".encode()).hexdigest()[:12]
+  digest = hashlib.sha256(f"{provenance.file_sha256(src)} {recipe}".encode()).hexdigest()[:12]
   out = root / f"gguf_{pathlib.Path(src).stem}_{digest}"
   checkpoints.write_once(out, lambda tmp: convert(src, tmp), prefix=".gguf-")
   return str(out)

@@ -21,10 +21,11 @@ replaced by the shared copy).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any, NamedTuple
+
+from common import provenance
 
 ENV_VAR = "WEBSHOP_DATA"
 PRODUCTS_FILE = "products_1000.jsonl"
@@ -105,14 +106,6 @@ def find_data_dir(data_dir: str | None = None) -> str:
   return os.path.realpath(folder)
 
 
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def load_catalog(data_dir: str | None = None) -> Catalog:
   """Reads and checks the product set (find_data_dir says where).
 
@@ -155,4 +148,4 @@ def load_catalog(data_dir: str | None = None) -> Catalog:
   if not products:
     raise DataError(f"{path} holds no products")
   return Catalog(products, by_asin, contents, instructions, folder,
-                 {PRODUCTS_FILE: _sha256(path), INSTRUCTIONS_FILE: _sha256(ipath)})
+                 {PRODUCTS_FILE: provenance.file_sha256(path), INSTRUCTIONS_FILE: provenance.file_sha256(ipath)})

@@ -623,8 +623,9 @@ def main(argv: list[str] | None = None) -> None:
                  "temporary one, removed at exit)")
   p.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the factory")
   p.add_argument("--workspace", default=None,
-                 help="--tools-factory: episode workspace directory (default: a fresh temporary one, removed "
-                 "at exit)")
+                 help="--tools-factory and --mcp-server: the episode's host folder, seen by the kernel (and every "
+                 "--mcp-server) at /workspace and written back when the episode ends (default: a fresh temporary "
+                 "one, removed at exit); --task uses its own episode workspace")
   p.add_argument("--namespace", choices=("clash", "always"), default="clash",
                  help="--mcp-server: prefix tool names with '<server>__' on a clash only (default) or always")
   p.add_argument("--evaluator", default=None, metavar="COMMAND",

@@ -207,6 +207,24 @@ class CheckoutTest(absltest.TestCase):
     self.assertIn("TeacherError in progagent/retail/pending_over_500@v0", res["stopped"])
     self.assertEqual(res["episodes"], [])
 
+  def test_a_bad_endpoint_timeout_is_refused(self):
+    argv = ["--suite", "progagent", "--progagent_tasks", "retail/pending_over_500", "--harness", "ptc",
+            "--policy", "endpoint:http://127.0.0.1:1", "--model", "m", "--timeout_s", "0"]
+    with mock.patch("sys.stderr", new_callable=pyio.StringIO) as err:
+      self.assertEqual(evaluate.main(argv), 2)
+    self.assertIn("--timeout_s 0.0: must be > 0 seconds", err.getvalue())
+
+  def test_one_task_has_no_interval_and_the_summary_is_strict_json(self):
+    recs = [{"suite": "loca", "task_id": "loca/8k/X/state0", "mode": "ptc", "passed": p, "eval_error": False,
+             "context_tokens": 10, "tool_calls": 1, "errors": 0, "turns": 2} for p in (True, False)]
+    summary = evaluate.summarize(recs, resamples=200)
+    row = summary["loca"]["ptc"]
+    self.assertEqual(row["pass@1"], 0.5)
+    self.assertIsNone(row["pass@1_low"])
+    self.assertIsNone(row["pass@1_high"])
+    json.dumps(summary, allow_nan=False)       # raises on a NaN
+    self.assertIn("50.0 [n/a, n/a]", evaluate.format_table(summary))
+
   def test_per_task_labels_do_not_repeat_the_suite(self):
     recs = [{"suite": "loca", "task_id": "loca/8k/X/state0", "mode": "ptc", "passed": False},
             {"suite": "toolathlon_local", "task_id": "paper-checker", "mode": "ptc", "passed": True}]

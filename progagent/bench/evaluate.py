@@ -21,7 +21,8 @@ library tasks and trusted scripted policies only; refused with MCP tasks, whose 
 Printed: one row per suite and harness:
   tasks, episodes;
   pass@1 [95% CI]   mean over tasks of the task's share of passed episodes, with the bootstrap interval that
-                    resamples tasks (common.stats.clustered_difference against 0; BCa; one task: no interval);
+                    resamples tasks (common.stats.clustered_difference against 0; BCa; one task: no interval, n/a
+                    here and null in the JSON);
   ctx_tok           tokens of the episode's final context (tool schemas, system prompt, instruction, every action
                     and observation; harness.EpisodeStats.context_tokens), mean over episodes; counted by the
                     checkpoint's tokenizer for a checkpoint policy, else `--tokenizer` (a local HF tokenizer
@@ -172,11 +173,16 @@ def summarize(records: Sequence[dict], *, confidence: float = 0.95, resamples: i
     x = np.array([float(r["passed"]) for r in rs])
     ci = stats.clustered_difference(x, np.zeros_like(x), tasks, confidence=confidence, resamples=resamples)
     row = {"tasks": len(set(tasks)), "episodes": len(rs), "pass@1": ci.mean,
-           "pass@1_low": ci.low, "pass@1_high": ci.high, "eval_err": int(sum(r["eval_error"] for r in rs))}
+           "pass@1_low": _finite(ci.low), "pass@1_high": _finite(ci.high), "eval_err": int(sum(r["eval_error"] for r in rs))}
     for f in ("context_tokens", "tool_calls", "errors", "turns"):
       row[f] = float(np.mean([r[f] for r in rs]))
     out.setdefault(suite, {})[mode] = row
   return out
+
+
+def _finite(x: float) -> float | None:
+  """x, or None where it is NaN or infinite (one task has no interval over tasks): strict JSON has no NaN."""
+  return float(x) if np.isfinite(x) else None
 
 
 def _pct(x: float) -> str:
@@ -230,6 +236,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   p.add_argument("--api_key", default=None, help="the endpoint's bearer token (default $OPENAI_API_KEY)")
   p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (checkpoint), sent as is (endpoint)")
   p.add_argument("--max_new_tokens", type=int, default=512, help="tokens per reply")
+  p.add_argument("--timeout_s", type=float, default=300.0,
+                 help="an endpoint's seconds for one HTTP request, connect and answer (progagent.teacher_client)")
   p.add_argument("--max_context_tokens", type=int, default=8192, help="a checkpoint's longest prompt")
   p.add_argument("--samples", type=int, default=1, help="episodes per task, harness and seed")
   p.add_argument("--seeds", default="1000", help="environment seeds of the library tasks (held out from training)")
@@ -258,6 +266,8 @@ def _check(a: argparse.Namespace) -> tuple[list[str], list[int]]:
     raise EvaluateError("--seeds names no seed")
   if a.samples < 1:
     raise EvaluateError(f"--samples {a.samples}: must be >= 1")
+  if not a.timeout_s > 0:
+    raise EvaluateError(f"--timeout_s {a.timeout_s}: must be > 0 seconds")
   return list(dict.fromkeys(modes)), seeds
 
 
@@ -290,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "not exist (a program would write the host's /workspace); use --runtime kernel")
     policy = policies.make_policy(a.policy, model=a.model, api_key=a.api_key, temperature=a.temperature,
                                   max_new_tokens=a.max_new_tokens, max_context_tokens=a.max_context_tokens,
-                                  corpus=_corpus(tasks))
+                                  timeout_s=a.timeout_s, corpus=_corpus(tasks))
   except (SuiteError, EvaluateError, policies.PolicyError, ValueError, KeyError) as e:
     print(f"error: {e}", file=sys.stderr)   # a CheckpointError is a ValueError
     return 2
@@ -308,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       records += run_task(task, policy, modes=modes, seeds=seeds, samples=a.samples, runtime=a.runtime,
                           max_turns=a.max_turns, tokenizer=tokenizer, cache_dir=cache_dir, log=log)
     except TeacherError as e:   # the endpoint is gone: keep what ran, say why the rest did not
-      stopped = f"{type(e).__name__} in {task.suite}/{task.task_id}: {e}"
+      stopped = f"{type(e).__name__} in {_label(task.suite, task.task_id)}: {e}"
       break
   summary = summarize(records)
   table = format_table(summary)

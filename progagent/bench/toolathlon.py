@@ -460,13 +460,21 @@ def main(argv: Sequence[str] | None = None) -> int:
   a fresh copy of the generated state and holds the episode's files afterwards. Exit status 2 on a bad task or
   checkout (the reason on stderr)."""
   p = argparse.ArgumentParser(prog="python -m progagent.bench.toolathlon", description=main.__doc__.split("\n")[0])
-  p.add_argument("action", choices=("serve", "command"))
+  p.add_argument("action", choices=("serve", "command"),
+                 help="serve: run the runtime server on stdio; command: stage the workspace as serve would and "
+                 "print the server's command line instead of running it")
   p.add_argument("task", help=f"one of {', '.join(LOCAL_TASKS)}")
   p.add_argument("--toolathlon_dir", default=None, help=f"a Toolathlon checkout (default ${ENV_VAR})")
-  p.add_argument("--workdir", default="runs/bench")
-  p.add_argument("--workspace", default=None)
-  p.add_argument("--verdict-file", default=None)
-  p.add_argument("--direct-tools", action="store_true")
+  p.add_argument("--workdir", default="runs/bench",
+                 help="generated task states (<workdir>/states/toolathlon) and the default workspace's parent")
+  p.add_argument("--workspace", default=None,
+                 help="the episode's folder, filled with a fresh copy of the task's state "
+                 "(default <workdir>/episodes/<task>-<time>)")
+  p.add_argument("--verdict-file", default=None,
+                 help="where the task's evaluator's verdict is written when the episode ends "
+                 "(default <workspace>.verdict.json)")
+  p.add_argument("--direct-tools", action="store_true",
+                 help="also list the servers' tools as direct MCP tools beside programmatic_tool_call")
   a = p.parse_args(argv)
   try:
     if a.task not in LOCAL_TASKS:

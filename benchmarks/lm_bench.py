@@ -12,6 +12,9 @@ Memory: XLA's compiled temporary memory of a training step and a prefill at 4k, 
 the Qwen3-shaped width-512 model of benchmarks/lm_long_context.py), before (dense float32 scores, one [T, V]
 logit tensor) and after (blocked attention and vocabulary projection). Compiled, not run.
 
+Decode: one cached one-query step of the SmolLM2-135M shape at batch 8 and caches of 2k and 8k slots, the decode
+attention 'flat' (common.lm.model.attend_flat, the default) vs 'grouped' (jax.nn.dot_product_attention).
+
 Multi-turn: one batch of episodes over several turns through common.lm.sampler.LMSampler, with and without
 KV reuse (same tokens; the time and the number of prefilled tokens).
 
@@ -266,10 +269,37 @@ def smollm2(quick: bool = False) -> dict:
           "sample": pre.tokenizer.decode(ours_tokens[0])}
 
 
+def decode(quick: bool = False) -> list[dict]:
+  """One cached decode step (T = 1) of the SmolLM2-135M shape (random weights: 30 layers, width 576, 9 query / 3
+  key-value heads) at batch 8 against caches of S slots: `model.decode_attention` 'flat' (common.lm.model.
+  attend_flat) vs 'grouped' (jax.nn.dot_product_attention, the path before), best of 3 alternated runs each;
+  ms per step and the ratio grouped / flat (> 1 = flat faster). --quick: 2 layers, S 256 and 1024."""
+  cfg = ModelConfig(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                    num_layers=2 if quick else 30, num_heads=9, num_kv_heads=3, head_dim=64, tie_embeddings=True)
+  params = jax.tree_util.tree_map(jnp.asarray, testing.random_params(cfg, seed=0, std=0.02))
+  b, out = 8, []
+  for s in ((256, 1024) if quick else (2048, 8192)):
+    cache = model_lib.init_cache(cfg, b, s)
+    cache = model_lib.KVCache(cache.k + 0.01, cache.v + 0.02)
+    tok = jnp.ones((b, 1), jnp.int32)
+    pos = jnp.full((b, 1), s - 1, jnp.int32)
+    valid = jnp.ones((b, s), bool)
+    fns = []
+    for mode in ("flat", "grouped"):
+      dec = model_lib.Decoder(cfg.replace(decode_attention=mode))
+      f = jax.jit(lambda p, c, dec=dec: dec.apply({"params": p}, tok, pos, valid, c, pos)[0])
+      jax.block_until_ready(f(params, cache))   # compile
+      fns.append(lambda f=f: jax.block_until_ready(f(params, cache)))
+    flat_s, grouped_s = _race(fns[0], fns[1], 3)
+    out.append({"cache_slots": s, "batch": b, "flat_ms": round(1e3 * flat_s, 1),
+                "grouped_ms": round(1e3 * grouped_s, 1), "ratio": round(grouped_s / flat_s, 3)})
+  return out
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--quick", action="store_true", help="tiny shape (seconds)")
-  ap.add_argument("--skip", nargs="*", default=(), choices=("speed", "memory", "multiturn", "smollm2"),
+  ap.add_argument("--skip", nargs="*", default=(), choices=("speed", "memory", "multiturn", "smollm2", "decode"),
                   help="sections to leave out")
   args = ap.parse_args()
   res = run(quick=args.quick) if "speed" not in args.skip else {}
@@ -279,6 +309,8 @@ def main():
     res["multiturn"] = multiturn(quick=args.quick)
   if "smollm2" not in args.skip:
     res["smollm2"] = smollm2(quick=args.quick)
+  if "decode" not in args.skip:
+    res["decode"] = decode(quick=args.quick)
   print(json.dumps(res, indent=2))
   if "memory" in res:
     print("memory (compiled temporaries, GiB, batch 1; before = dense attention + one [T, V] logit tensor):")
@@ -296,6 +328,9 @@ def main():
     print(f"SmolLM2-135M-Instruct (gguf:smollm2, float32) greedy generation, {m['batch']} prompts x {m['new']} "
           f"tokens: ours {m['tokens_per_s_ours']} tok/s vs transformers {m['tokens_per_s_ref']} tok/s -> ratio "
           f"{m['ratio']}x (greedy agreement {m['greedy_token_agreement']:.3f})")
+  for r in res.get("decode", ()):
+    print(f"decode step (SmolLM2-135M shape, batch {r['batch']}, cache {r['cache_slots']} slots): flat "
+          f"{r['flat_ms']} ms vs grouped {r['grouped_ms']} ms -> ratio {r['ratio']}x")
   if "gen_ratio" not in res:
     return
   print(f"generation: ours {res['gen_tokens_per_s_ours']} tok/s vs transformers {res['gen_tokens_per_s_ref']} "

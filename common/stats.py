@@ -26,6 +26,12 @@ class PairedDifference(NamedTuple):
   n: int
 
 
+def finite_or_none(x) -> float | None:
+  """x as a float, or None where it is None, NaN or infinite: an interval bound as written to a results JSON
+  (one seed or one task has no interval, and strict JSON has no NaN)."""
+  return float(x) if x is not None and np.isfinite(float(x)) else None
+
+
 def paired_difference(x: Sequence[float], y: Sequence[float], *, confidence: float = 0.95,
                       resamples: int = 10_000, method: str = "BCa", seed: int = 0) -> PairedDifference:
   """Mean of x - y over paired units with a bootstrap confidence interval.

@@ -118,6 +118,9 @@ def explore(smoke: bool = False, rooms: int = 9) -> ml_collections.ConfigDict:
   # 'call': the sampler's random stream before the KV pool (common.lm.sampler), so that 'explore', 'explore_smoke'
   # and 'explore_coin11' reproduce the explorer table produced before it (issue 25)
   c.rollout.sample_keys = "call"
+  # 'grouped': the decode attention before 'flat' (common.lm.model.attend_flat), for the same reason: 'flat' agrees
+  # to float rounding, which can flip a sampled token
+  c.model.decode_attention = "grouped"
   c.sft.source = "explorers"
   c.sft.explorers = ("random", "memory_walk")
   c.sft.explorer_rollouts = 2

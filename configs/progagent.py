@@ -250,10 +250,18 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   (ChatML with Hermes <tool_call> JSON: SmolLM2's template is ChatML). The context window is the model's 8,192
   tokens; an episode that outgrows it ends 'length_limit' (the overflow column). Beside them, the rows that
   must score 0: no call, and the seed-0 answer. `smoke` (tests): 2 tasks, v0 and v1, one seed, 96-token replies.
+
+  Reading gate first (progagent.train.read_gate, `paradigms.read_gate`): the question is whether PTC's advantage
+  grows with the state when DTC can read, so before the table the one-shot model under DTC must pass >= 50% of the
+  tasks at v0 on held-out seeds 900-901 (one sample each); if it does not, the run stops there with the gate line
+  (exit 3) and no paradigm table. At this model's speed on CPU the full table costs hours (the first DTC unit, 8
+  episodes, took 24 min on 2 cores at 69eb452), and a DTC arm that cannot read at v0 makes every level's gap a gap
+  with a broken arm. `--config.paradigms.read_gate.min_pass=0` runs the table without the gate.
   """
   c = default_config()
   c.paradigms.modes = ("dtc", "ptc")
   c.paradigms.zero_rows = True
+  c.paradigms.read_gate = dict(level=0, min_pass=0.5, seeds=(900, 901), samples=1)
   c.tasks = FEWSHOT_TASKS
   c.fewshot = dict(task=FEWSHOT_TASK, level=0, seed=0)
   c.runtime = "inprocess"          # the demonstration's and the policy's programs; 'sandboxed' for the kernel
@@ -265,7 +273,7 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   c.gspo.generate_batch_size = 8
   c.gspo.kv_reuse = True
   # 'call': the sampler's random stream before the KV pool (common.lm.sampler), so that this config (and
-  # paradigms_read, errors_fewshot, built from it) reproduces the tables produced before it (issue 26)
+  # paradigms_read, errors_fewshot, built from it) keeps the stream of the runs made before it (issue 26)
   c.gspo.sample_keys = "call"
   c.env.max_turns = 6
   c.env.max_context_tokens = 8192
@@ -285,6 +293,7 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
     c.eval.levels = (0, 1)
     c.env.max_turns = 3
     c.env.max_response_tokens = 96
+    c.paradigms.read_gate.min_pass = 0.0
   return c
 
 
@@ -349,6 +358,7 @@ def errors_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   c.gspo.sample_keys = "call"      # the stream before the KV pool: reproduces the table made before it (issue 26)
   c.tasks = ("tag:errors",)
   c.paradigms.normalize_errors = (False, True)
+  c.paradigms.read_gate.min_pass = 0.0   # no reading gate: the question is each harness's recovery, on vs off
   c.eval.levels = (0,)
   c.env.max_turns = 12
   if smoke:

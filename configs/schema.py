@@ -16,6 +16,8 @@ model:
   remat            activation checkpointing per decoder layer: 'none' | 'full' | 'dots' | 'dots_no_batch'
   attention_impl   'xla' | 'cudnn' | 'auto' | 'dense' (common.lm.config.ModelConfig)
   attention_chunk  queries per attention block; logits_chunk: positions per vocabulary-projection block
+  decode_attention one-query decode steps under 'xla': 'flat' (default; the cache read in place) | 'grouped'
+                   (jax.nn.dot_product_attention, the path before 'flat'); equal to float rounding
   lora_rank        0 = full fine-tuning; r > 0 adds LoRA adapters (lora_alpha, lora_targets) and trains only them
 optim (the learning rates are each stage's own, e.g. `sft.learning_rate`):
   name             'adamw' | 'adam'
@@ -44,7 +46,8 @@ def model_config(**overrides: Any) -> ml_collections.ConfigDict:
   """
   c = ml_collections.ConfigDict(dict(
       checkpoint="", cache_dir="", tiny_vocab=2048, tiny_sizes={}, dtype="float32", param_dtype="float32",
-      remat="none", attention_impl="xla", attention_chunk=1024, logits_chunk=1024, lora_rank=0,
+      remat="none", attention_impl="xla", attention_chunk=1024, logits_chunk=1024, decode_attention="flat",
+      lora_rank=0,
       lora_alpha=128.0, lora_targets=lm_config.LORA_TARGETS))
   return _apply(c, overrides, "model")
 

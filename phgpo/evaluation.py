@@ -20,7 +20,6 @@ Metric definitions: phgpo.metrics (PhGPO, arXiv:2602.13691, sec. "Metrics").
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import jax
@@ -321,10 +320,6 @@ def _seed_out(s):
   return int(s) if _intlike(s) else str(s)
 
 
-def _finite(x) -> float | None:
-  return float(x) if x is not None and math.isfinite(x) else None
-
-
 def _entries(results: dict, seeds: list, row: str) -> list[tuple[Any, dict]]:
   """[(seed, metrics dict)] of the seeds where the row exists (a sub-row '<run>/<key>': the run's nested dict)."""
   run, _, sub = row.partition("/")
@@ -368,8 +363,9 @@ def _paired(entries: list, ref_entries: list, metric: str, boot: dict) -> dict |
     return None
   d = stats.paired_difference(x, y, **boot)
   t = stats.clustered_difference(x, y, tasks, **boot)
-  return {"mean": float(d.mean), "low": _finite(d.low), "high": _finite(d.high), "n": int(d.n), "seeds": seeds,
-          "task_mean": float(t.mean), "task_low": _finite(t.low), "task_high": _finite(t.high),
+  fin = stats.finite_or_none
+  return {"mean": float(d.mean), "low": fin(d.low), "high": fin(d.high), "n": int(d.n), "seeds": seeds,
+          "task_mean": float(t.mean), "task_low": fin(t.low), "task_high": fin(t.high),
           "n_tasks": int(t.n)}
 
 
@@ -387,8 +383,9 @@ def _row_json(row: str, entries: list, ref_entries: list | None, reference: str 
       if units:
         d = stats.paired_difference(units, np.zeros(len(units)), **boot)
         t = stats.clustered_difference(units, np.zeros(len(units)), tasks, **boot)
-        cell.update(low=_finite(d.low), high=_finite(d.high), n=int(d.n), task_low=_finite(t.low),
-                    task_high=_finite(t.high), n_tasks=int(t.n))
+        fin = stats.finite_or_none
+        cell.update(low=fin(d.low), high=fin(d.high), n=int(d.n), task_low=fin(t.low), task_high=fin(t.high),
+                    n_tasks=int(t.n))
     out["metrics"][metric] = cell
   out["by_gold_length"], out["by_gold_length_count"] = {}, {}
   for key, _, _ in GOLD_LENGTH_BUCKETS:

@@ -489,7 +489,8 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
 
 def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], workdir: str, *,
               cache_dir: str | None = None) -> dict | None:
-  """The reading gate (config `paradigms.read_gate`; issue 26's C2): before GSPO, the SFT policy under DTC must
+  """The reading gate (config `paradigms.read_gate`; issue 26's C1 and C2): before GSPO, the policy under DTC (after
+  SFT; the untrained one-shot policy when `sft.enabled` is off) must
   pass at least `min_pass` of the tasks at level `level` on the held-out gate seeds `seeds` (`samples` rollouts
   each; seeds disjoint from training and from eval.seeds), i.e. read the answer out of a tool result. A DTC arm
   that cannot read makes every paradigm comparison a comparison with a broken arm, so a failed gate stops the
@@ -520,17 +521,22 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
              "pass@1_high": lvl["pass@1_high"], "units": lvl["units"]}
   saved["min_pass"] = float(g.min_pass)
   saved["passed"] = bool(saved["pass@1"] >= float(g.min_pass))
-  saved["line"] = (f"reading gate (DTC after SFT, v{g.level}, held-out seeds {tuple(g.seeds)}, {saved['units']} "
-                   f"instances): pass@1 {100 * saved['pass@1']:.1f}% [{100 * saved['pass@1_low']:.1f}, "
-                   f"{100 * saved['pass@1_high']:.1f}] (need >= {100 * float(g.min_pass):.0f}%): "
-                   + ("PASS" if saved["passed"] else "FAIL: DTC did not learn to read; no paradigm result"))
+  trained = bool(config.sft.enabled)
+  saved["line"] = (f"reading gate (DTC {'after SFT' if trained else 'one-shot, no training'}, v{g.level}, held-out "
+                   f"seeds {tuple(g.seeds)}, {saved['units']} instances): pass@1 {100 * saved['pass@1']:.1f}% "
+                   f"[{100 * saved['pass@1_low']:.1f}, {100 * saved['pass@1_high']:.1f}] (need >= "
+                   f"{100 * float(g.min_pass):.0f}%): "
+                   + ("PASS" if saved["passed"] else
+                      f"FAIL: DTC {'did not learn to read' if trained else 'cannot read'}; no paradigm result"))
   if distributed.is_primary():
     io.write_json(path, saved, default=float)
   print(saved["line"], flush=True)
   if not saved["passed"]:
+    fix = ("give SFT more data or budget (sft.oracle_seeds, sft.token_budget) or a stronger model (model.checkpoint)"
+           if trained else "train the reader first (configs/progagent.py:paradigms_read) or use a stronger model "
+           "(model.checkpoint); --config.paradigms.read_gate.min_pass=0 runs the table anyway")
     raise stages.RegimeGateFailed(saved["line"] + ". The comparison would pit PTC against a DTC arm that cannot read "
-                                  "a tool result; give SFT more data or budget (sft.oracle_seeds, sft.token_budget) "
-                                  "or a stronger model (model.checkpoint), and say so in the results")
+                                  f"a tool result; {fix}, and say so in the results")
   return saved
 
 

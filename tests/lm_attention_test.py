@@ -65,6 +65,47 @@ class AttendTest(parameterized.TestCase):
     self.assertTrue(np.all(np.isfinite(np.asarray(out))))
 
 
+class DecodeAttentionTest(parameterized.TestCase):
+  """attend_flat (config model.decode_attention='flat'), the one-query path that reads the cache in place."""
+
+  @parameterized.named_parameters(("gqa", 9, 3), ("mha", 4, 4), ("mqa", 6, 1))
+  def test_flat_equals_dense_reference(self, h, k):
+    rng = np.random.default_rng(4)
+    b, s, hd = 3, 40, 8
+    q = jnp.asarray(rng.normal(size=(b, 1, h, hd)), jnp.float32)
+    kk = jnp.asarray(rng.normal(size=(b, s, k, hd)), jnp.float32)
+    v = jnp.asarray(rng.normal(size=(b, s, k, hd)), jnp.float32)
+    slots = jnp.asarray([[30], [5], [39]], jnp.int32)
+    valid = jnp.asarray(np.stack([np.arange(s) < 31, np.arange(s) >= 10, rng.random(s) > 0.3]))   # row 1: no key
+    ref = model_lib.attend_reference(q, kk, v, model_lib.slot_mask(slots, valid))
+    out = model_lib.attend_flat(q, kk, v, slots, valid)
+    self.assertEqual(out.shape, (b, 1, h, hd))
+    np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-6, rtol=1e-6)
+    grouped = model_lib.attend(q, kk, v, slots, valid, decode="grouped")
+    np.testing.assert_allclose(np.asarray(model_lib.attend(q, kk, v, slots, valid, decode="flat")),
+                               np.asarray(grouped), atol=1e-6, rtol=1e-6)
+
+  def test_decode_steps_agree_and_the_choice_is_checked(self):
+    """A cached decode through the whole model: 'flat' and 'grouped' give the same logits to float rounding;
+    an unknown value is refused, naming the config key."""
+    cfg = BASE.replace(num_heads=4, num_kv_heads=2)
+    tokens, mask = _batch(b=3, t=12)
+    cache = model_lib.init_cache(cfg, 3, 16)
+    out = {}
+    for mode in ("flat", "grouped"):
+      c = cfg.replace(decode_attention=mode)
+      dec = model_lib.Decoder(c)
+      valid = jnp.concatenate([mask, jnp.zeros((3, 4), jnp.int32)], 1).astype(bool)
+      _, filled = dec.apply({"params": PARAMS}, tokens, jnp.cumsum(mask, 1) - 1, valid, cache, 0)
+      step_valid = valid.at[:, 12].set(True)
+      hidden, _ = dec.apply({"params": PARAMS}, tokens[:, -1:], jnp.sum(mask, 1, keepdims=True), step_valid,
+                            filled, 12)
+      out[mode] = np.asarray(dec.apply({"params": PARAMS}, hidden, method=model_lib.Decoder.logits))
+    np.testing.assert_allclose(out["flat"], out["grouped"], atol=1e-5, rtol=1e-5)
+    with self.assertRaisesRegex(ValueError, r"model\.decode_attention"):
+      BASE.replace(decode_attention="paged")
+
+
 class ModelParityTest(parameterized.TestCase):
 
   @parameterized.named_parameters(("attention_blocks", dict(attention_chunk=8, logits_chunk=0)),

@@ -386,6 +386,7 @@ class ScaleConfigTest(absltest.TestCase):
     from planpo import train as planpo_train
     from progagent import train as progagent_train
     cases = [("model.attention_impl", "flash"), ("model.attention_chunk", 0), ("model.remat", "all"),
+             ("model.decode_attention", "paged"),
              ("mesh.shape", (16, 1, 1)), ("mesh.shape", (0, 1, 1)), ("mesh.shape", (-1, -1, 1)),
              ("mesh.shape", (2, 2))]
     for key, value in cases:

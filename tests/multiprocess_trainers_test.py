@@ -106,8 +106,9 @@ class TwoProcessesEqualOne(absltest.TestCase):
     one_dir, two_dir = os.path.join(root, "one"), os.path.join(root, "two")
     one = launch(config, one_dir, 1, *flags)
     two = launch(config, two_dir, 2, *flags)
-    for i, r in enumerate(one + two):
-      self.assertEqual(r["rc"], 0, f"run {i} failed:\n{r['stderr'][-6000:]}")
+    names = ["one process"] + [f"process {i} of 2" for i in range(2)]
+    failed = [f"--- {n}: rc {r['rc']}\n{r['stderr'][-4000:]}" for n, r in zip(names, one + two) if r["rc"] != 0]
+    self.assertEqual(failed, [], "\n".join(failed))   # every failing process's stderr (a peer's may say why)
 
     def table(r, workdir):
       text = r["stdout"].replace(workdir, "WORKDIR")

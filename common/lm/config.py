@@ -28,6 +28,7 @@ SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
 ATTENTION_IMPLS = ("xla", "cudnn", "auto", "dense")
+DECODE_ATTENTIONS = ("flat", "grouped")
 
 
 class CheckpointError(ValueError):
@@ -65,6 +66,10 @@ class ModelConfig:
       reference that materialises [B, K, G, T, S] scores; tests only); config `model.attention_impl`.
     attention_chunk: queries per attention block: each block holds at most [B, H, chunk, S] scores
       (config `model.attention_chunk`).
+    decode_attention: one-query steps (decoding against a KV cache) under attention_impl 'xla': 'flat' (the
+      default; common.lm.model.attend_flat: the cache read in its own [S, K, hd] layout, no transposed copy of it
+      per step) or 'grouped' (jax.nn.dot_product_attention, as for prefill: the path before 'flat', which
+      reproduces runs made with it bit for bit); the two agree to float rounding (config `model.decode_attention`).
     logits_chunk: positions per vocabulary-projection block in log-probs (0 = all at once; config
       `model.logits_chunk`).
   """
@@ -101,6 +106,7 @@ class ModelConfig:
   attention_impl: str = "xla"
   attention_chunk: int = 1024
   logits_chunk: int = 1024
+  decode_attention: str = "flat"
 
   def __post_init__(self):
     if self.family not in SUPPORTED_FAMILIES:
@@ -111,6 +117,9 @@ class ModelConfig:
       raise ValueError(f"rope_type {self.rope_type!r} is not supported; use one of {SUPPORTED_ROPE_TYPES}.")
     if self.attention_impl not in ATTENTION_IMPLS:
       raise ValueError(f"attention_impl {self.attention_impl!r} is not one of {ATTENTION_IMPLS}.")
+    if self.decode_attention not in DECODE_ATTENTIONS:
+      raise ValueError(f"decode_attention {self.decode_attention!r} is not one of {DECODE_ATTENTIONS} "
+                       "(config model.decode_attention).")
     if self.attention_chunk < 1 or self.logits_chunk < 0:
       raise ValueError(f"attention_chunk={self.attention_chunk} must be >= 1 and logits_chunk="
                        f"{self.logits_chunk} >= 0 (0 = one block).")

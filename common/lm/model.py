@@ -18,7 +18,8 @@ and run with `nn.scan` (compile time independent of depth):
 Kernels are stored [in, out] (transposed from Hugging Face's [out, in]); `loading.py` holds the key map.
 
 Attention runs through `jax.nn.dot_product_attention` in query blocks (`attend`, config `model.attention_impl`,
-`model.attention_chunk`), and log-probs project to the vocabulary in blocks (`model.logits_chunk`), so neither a
+`model.attention_chunk`); a one-query decode step reads the cache in its own layout instead (`attend_flat`, config
+`model.decode_attention`), and log-probs project to the vocabulary in blocks (`model.logits_chunk`), so neither a
 [T, S] score tensor nor a [T, V] logit tensor exists in training.
 
 A key/value cache (`KVCache`, [L, B, S, K, hd]) makes the same function serve prefill and one-token
@@ -147,6 +148,36 @@ def slot_mask(q_slots: jax.Array, key_valid: jax.Array) -> jax.Array:
   return (s[None, None, :] <= q_slots[:, :, None]) & key_valid.astype(bool)[:, None, :]
 
 
+def attend_flat(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_valid: jax.Array) -> jax.Array:
+  """Grouped-query attention for a few queries against a long cache, without a transposed copy of the cache.
+
+  The same function as `attend` (softmax over keys s <= q_slots[b, t] with key_valid[b, s], scores scaled by
+  hd^-1/2, logits and softmax in float32, probabilities in q's dtype). jax.nn.dot_product_attention batches its
+  dots over (B, K), so XLA first copies k and v from [B, S, K, hd] to head-major layouts: for one decode query
+  that copy is most of the step's time (4x the dots at S = 8192, B = 8 on 2 CPU cores;
+  benchmarks/lm_bench.py's decode line). Here k and v are read as [B, S*K, hd] (a free reshape), every query
+  head is scored against all S*K key vectors (K times the dot FLOPs, negligible for one query), and the
+  scores of the other groups' heads are dropped before the softmax (a select, so they contribute exactly 0).
+  Config `model.decode_attention` = 'flat' selects it for T = 1 under attention_impl 'xla' (common.lm.model.
+  Attention); 'grouped' keeps jax.nn.dot_product_attention there.
+
+  Args: q [B, T, H, hd] (rotary applied); k, v [B, S, K, hd] with H a multiple of K (query head h uses kv head
+    h // (H/K)); q_slots i32[B, T]; key_valid bool[B, S].
+  Returns: [B, T, H, hd] in q's dtype; a query that sees no key gets the mean of v over its group (finite).
+  Cost: [B, T, H, S*K] float32 scores: meant for small T (decode), not for prefill.
+  """
+  b, t, h, hd = q.shape
+  s, kh = k.shape[1], k.shape[2]
+  own = (jnp.arange(h) // (h // kh))[:, None] == jnp.arange(kh)[None, :]          # [H, K]: head h's kv head
+  scores = jnp.einsum("bthd,bnd->bthn", q, k.reshape(b, s * kh, hd),
+                      preferred_element_type=jnp.float32).reshape(b, t, h, s, kh)
+  scores = jnp.sum(jnp.where(own[None, None, :, None, :], scores, 0.0), axis=-1) * jnp.float32(hd ** -0.5)
+  scores = jnp.where(slot_mask(q_slots, key_valid)[:, :, None, :], scores, _MASK_VALUE)    # [B, T, H, S]
+  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+  probs = jnp.where(own[None, None, :, None, :], probs[..., None], 0).reshape(b, t, h, s * kh)
+  return jnp.einsum("bthn,bnd->bthd", probs, v.reshape(b, s * kh, hd))
+
+
 def _sdpa(q, k, v, q_slots, key_valid, implementation):
   """jax.nn.dot_product_attention on one query block; the mask is built here, [B, 1, Tq, S] bool."""
   mask = slot_mask(q_slots, key_valid)[:, None]
@@ -154,7 +185,7 @@ def _sdpa(q, k, v, q_slots, key_valid, implementation):
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_valid: jax.Array, *,
-           implementation: str = "xla", chunk: int = 1024) -> jax.Array:
+           implementation: str = "xla", chunk: int = 1024, decode: str = "grouped") -> jax.Array:
   """Grouped-query attention in query blocks through `jax.nn.dot_product_attention`, without a [T, S] score tensor.
 
   out[b, t] = softmax_s(q[b, t] . k[b, s] / sqrt(hd) over keys s <= q_slots[b, t] with key_valid[b, s]) v[b, s].
@@ -175,6 +206,8 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_val
     implementation: 'xla' (any backend), 'cudnn' (NVIDIA GPUs, bf16/fp16; the flash kernel), None (JAX picks),
       or 'dense' (attend_reference: float32 [B, K, G, T, S] scores); config `model.attention_impl`.
     chunk: query block length; T <= chunk is one call.
+    decode: 'flat' runs a one-query call (T = 1) under implementation 'xla' through `attend_flat`; 'grouped' (the
+      default here) keeps jax.nn.dot_product_attention (config `model.decode_attention`, whose default is 'flat').
   Returns:
     [B, T, H, hd] in q's dtype. A query that sees no key gets the mean of v (finite).
   """
@@ -184,6 +217,10 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_val
     raise ValueError(f"attend: {q.shape[2]} query heads are not a multiple of {k.shape[2]} key/value heads.")
   if implementation == "dense":
     return attend_reference(q, k, v, slot_mask(q_slots, key_valid))
+  if decode not in ("flat", "grouped"):
+    raise ValueError(f"attend: decode={decode!r} is not 'flat' or 'grouped' (config model.decode_attention).")
+  if decode == "flat" and implementation == "xla" and q.shape[1] == 1:
+    return attend_flat(q, k, v, q_slots, key_valid)
   impl = None if implementation in (None, "auto") else implementation
   if q.shape[1] <= chunk:
     return _sdpa(q, k, v, q_slots, key_valid, impl)
@@ -263,7 +300,8 @@ class Attention(nn.Module):
         q_slots = cache_slot
       keys, values, new_cache = ck.astype(dt), cv.astype(dt), (ck, cv)
 
-    out = attend(q, keys, values, q_slots, key_valid, implementation=c.attention_impl, chunk=c.attention_chunk).reshape(b, t, h * hd)
+    out = attend(q, keys, values, q_slots, key_valid, implementation=c.attention_impl, chunk=c.attention_chunk,
+                 decode=c.decode_attention).reshape(b, t, h * hd)
     out = proj("o_proj", c.hidden_size, c.o_bias)(out)
     return out, new_cache
 

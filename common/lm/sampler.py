@@ -72,7 +72,9 @@ SAMPLE_KEYS:
      its padding never used), and the re-prefills (requests too long for a cache row) in batches c of up to
      chunk_rows requests, in request order, with fold_in(call key, 1_000_003 + c), padded to chunk_rows rows.
      Without a budget below the rows (pool_rows = rows) the tokens and log-probs are bit-identical to that
-     sampler's; the block padding can then take the cache above a budget by fewer than chunk_rows rows, as it
+     sampler's with the decode attention of its time (config `model.decode_attention` 'grouped', which the
+     planpo_twx explorer configs set; the default 'flat' agrees to float rounding, which can flip a draw); the block
+     padding can then take the cache above a budget by fewer than chunk_rows rows, as it
      did. With a budget below the rows, the requests the full pool leaves without a row join the re-prefill
      batches and their keys (the blocks then hold pool_rows rows in all, as in 'request'), so the samples depend
      on the budget (and, in every case, on KV reuse, chunk_rows and the batching). The sampler before the pool

@@ -41,7 +41,8 @@ from common.lm import updates as kit
 from common.lm.config import ModelConfig
 
 # ModelConfig fields a trainer's `model` node may set on a loaded checkpoint.
-OVERRIDE_FIELDS = ("dtype", "param_dtype", "remat", "attention_impl", "attention_chunk", "logits_chunk")
+OVERRIDE_FIELDS = ("dtype", "param_dtype", "remat", "attention_impl", "attention_chunk", "logits_chunk",
+                   "decode_attention")
 
 
 class RegimeGateFailed(RuntimeError):
@@ -165,7 +166,8 @@ def _resolve_checkpoint(model: Any, *, corpus: Sequence[str], chat_template: str
 
 # Keys of the shared schema that change where and how fast a run computes, not what it computes: a workdir may
 # resume with other values (each trainer's RESUME_FREE starts from these; experiments/train.py).
-SCALE_KEYS = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat")
+SCALE_KEYS = ("mesh.", "model.attention_impl", "model.attention_chunk", "model.logits_chunk", "model.remat",
+              "model.decode_attention")
 
 
 def check_optim_config(optim: Any, *, optim_key: str = "optim") -> None:

@@ -88,7 +88,7 @@ def mesh_from_config(cfg: Any = None, *, devices: Sequence[Any] | None = None) -
 
 def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
   """Validates the scale keys of a config before anything is written: the model node's attention_impl,
-  attention_chunk, logits_chunk, remat, dtype and param_dtype (where present) and `mesh.shape`.
+  decode_attention, attention_chunk, logits_chunk, remat, dtype and param_dtype (where present) and `mesh.shape`.
 
   Args:
     model: the `model` config node (configs/schema.py).
@@ -100,6 +100,7 @@ def check_scale_config(model: Any, mesh: Any, *, model_key: str) -> None:
   from common.lm import config as config_lib  # pylint: disable=g-import-not-at-top
   get = lambda k: config_util.get(model, k, None)
   allowed = {"attention_impl": config_lib.ATTENTION_IMPLS, "remat": config_lib.REMAT_POLICIES,
+             "decode_attention": config_lib.DECODE_ATTENTIONS,
              "dtype": ("float32", "bfloat16"), "param_dtype": ("float32", "bfloat16", "", None)}
   for key, values in allowed.items():
     v = get(key)

@@ -173,16 +173,12 @@ def summarize(records: Sequence[dict], *, confidence: float = 0.95, resamples: i
     x = np.array([float(r["passed"]) for r in rs])
     ci = stats.clustered_difference(x, np.zeros_like(x), tasks, confidence=confidence, resamples=resamples)
     row = {"tasks": len(set(tasks)), "episodes": len(rs), "pass@1": ci.mean,
-           "pass@1_low": _finite(ci.low), "pass@1_high": _finite(ci.high), "eval_err": int(sum(r["eval_error"] for r in rs))}
+           "pass@1_low": stats.finite_or_none(ci.low), "pass@1_high": stats.finite_or_none(ci.high),
+           "eval_err": int(sum(r["eval_error"] for r in rs))}
     for f in ("context_tokens", "tool_calls", "errors", "turns"):
       row[f] = float(np.mean([r[f] for r in rs]))
     out.setdefault(suite, {})[mode] = row
   return out
-
-
-def _finite(x: float) -> float | None:
-  """x, or None where it is NaN or infinite (one task has no interval over tasks): strict JSON has no NaN."""
-  return float(x) if np.isfinite(x) else None
 
 
 def _pct(x: float) -> str:

@@ -495,7 +495,9 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
   each; seeds disjoint from training and from eval.seeds), i.e. read the answer out of a tool result. A DTC arm
   that cannot read makes every paradigm comparison a comparison with a broken arm, so a failed gate stops the
   run (common.lm.stages.RegimeGateFailed: the launcher prints the line and exits 3; PTC is not trained).
-  Writes workdir/read_gate.json (read back on a rerun with the same settings). Other harnesses and
+  Writes workdir/read_gate.json (read back on a rerun with the same settings); a run killed during the gate
+  resumes from the (seed, batch) units it finished (workdir/read_gate_units/, removed once read_gate.json is
+  written). Other harnesses and
   `read_gate.min_pass` <= 0: no gate (None).
 
   Returns:
@@ -514,7 +516,8 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
     c.eval.levels, c.eval.seeds, c.eval.samples = (int(g.level),), tuple(int(x) for x in g.seeds), int(g.samples)
     c.eval.k = (1,)
     trajs = evaluation.run_eval_rollouts(c, policy, params, list(task_ids), mode="dtc",
-                                         key=jax.random.key(config.seed + 29), cache_dir=cache_dir)
+                                         key=jax.random.key(config.seed + 29), cache_dir=cache_dir,
+                                         resume_dir=os.path.join(workdir, "read_gate_units"))
     lvl = evaluation.summarize(trajs, ks=(1,), confidence=config.stats.confidence,
                                resamples=config.stats.resamples)[int(g.level)]
     saved = {"settings": settings, "pass@1": lvl["pass@1"], "pass@1_low": lvl["pass@1_low"],
@@ -530,6 +533,7 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
                       f"FAIL: DTC {'did not learn to read' if trained else 'cannot read'}; no paradigm result"))
   if distributed.is_primary():
     io.write_json(path, saved, default=float)
+    shutil.rmtree(os.path.join(workdir, "read_gate_units"), ignore_errors=True)   # the finished units (resume only)
   print(saved["line"], flush=True)
   if not saved["passed"]:
     fix = ("give SFT more data or budget (sft.oracle_seeds, sft.token_budget) or a stronger model (model.checkpoint)"

@@ -4,7 +4,9 @@ error-recovery table's arms (configs/progagent.py:errors_fewshot: error normalis
 
 import json
 import os
+import shutil
 import tempfile
+from unittest import mock
 
 from absl.testing import absltest
 import pytest
@@ -209,12 +211,28 @@ class FewshotRunTest(absltest.TestCase):
     c.sft.max_tokens = 4096
     c.sft.token_budget = 3000
     train.check_config(c)
+    rmtree = shutil.rmtree
+    def keep_gate_units(path, *args, **kwargs):   # keep the gate's finished units to resume from below
+      if not str(path).endswith("read_gate_units"):
+        rmtree(path, *args, **kwargs)
     with tempfile.TemporaryDirectory() as d:
-      with self.assertRaisesRegex(stages.RegimeGateFailed, "DTC did not learn to read"):
-        train.run(c, d)
+      with mock.patch.object(train.shutil, "rmtree", keep_gate_units):
+        with self.assertRaisesRegex(stages.RegimeGateFailed, "DTC did not learn to read"):
+          train.run(c, d)
       gate = json.load(open(os.path.join(d, "dtc", "read_gate.json")))
       self.assertFalse(gate["passed"])
       self.assertEqual(gate["units"], 1)
+      # a run killed during the gate resumes from the units it finished: with every unit on disk the gate
+      # needs no parameters (None would fail a rollout), and it gives the same result; the units go once
+      # read_gate.json is written
+      os.remove(os.path.join(d, "dtc", "read_gate.json"))
+      c.mode = "dtc"
+      policy = train.load_policy(c, list(c.tasks))
+      with self.assertRaisesRegex(stages.RegimeGateFailed, "DTC did not learn to read"):
+        train.read_gate(c, policy, None, list(c.tasks), os.path.join(d, "dtc"))
+      resumed = json.load(open(os.path.join(d, "dtc", "read_gate.json")))
+      self.assertEqual(resumed["line"], gate["line"])
+      self.assertFalse(os.path.exists(os.path.join(d, "dtc", "read_gate_units")))
       self.assertTrue(os.path.exists(os.path.join(d, "dtc", "sft", "metrics.jsonl")))   # SFT ran, on its budget
       self.assertFalse(os.path.exists(os.path.join(d, "dtc", "gspo", "metrics.jsonl")))
       self.assertFalse(os.path.exists(os.path.join(d, "ptc")))
@@ -222,7 +240,6 @@ class FewshotRunTest(absltest.TestCase):
       gate["pass@1"] = 1.0
       with open(os.path.join(d, "dtc", "read_gate.json"), "w") as f:
         json.dump(gate, f)
-      c.mode = "dtc"
       res = train.read_gate(c, None, None, list(c.tasks), os.path.join(d, "dtc"))
       self.assertTrue(res["passed"])
       self.assertIn("PASS", res["line"])

@@ -25,7 +25,8 @@ Attention runs through `jax.nn.dot_product_attention` in query blocks (`attend`,
 A key/value cache (`KVCache`, [L, B, S, K, hd]) makes the same function serve prefill and one-token
 decoding: the T new keys are written at slot `cache_slot` for every row (left-padded rows stay aligned), or
 at per-row slots (rows of different lengths, multi-turn KV reuse), and queries attend to every valid cache
-slot <= their own.
+slot <= their own. The whole cache is the layer scan's carry: each layer writes its slots in place (under jit
+with the cache donated, as the samplers do, nothing of size [L, B, S, K, hd] is copied per step).
 """
 
 from __future__ import annotations
@@ -264,7 +265,9 @@ class Attention(nn.Module):
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, cos, sin, key_valid, layer_cache, cache_slot):
+  def __call__(self, x, cos, sin, key_valid, cache, layer, cache_slot):
+    """cache: None, or the whole cache (k, v) [L, B, S, K, hd]: layer `layer` (i32[]) is written in place and
+    read; returns (out [B, T, D], the cache)."""
     c = self.config
     dt, pdt = jnp.dtype(c.dtype), jnp.dtype(c.param_dtype)
     b, t, _ = x.shape
@@ -284,26 +287,31 @@ class Attention(nn.Module):
     q = q * cos_ + _rotate_half(q) * sin_
     kk = kk * cos_ + _rotate_half(kk) * sin_
 
-    if layer_cache is None:
-      keys, values, new_cache = kk, v, None
+    if cache is None:
+      keys, values = kk, v
       q_slots = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32)[None], (b, t))
     else:
-      ck, cv = layer_cache
+      # The whole [L, ...] cache travels in the layer scan's carry and this layer's T new slots are written
+      # into it in place; as a scanned input/output each step copied every layer's [B, S, K, hd] slice in
+      # and out (most of a decode step's time at 8k slots: benchmarks/lm_bench.py's decode section).
+      ck, cv = cache
       if cache_slot.ndim == 0:   # aligned rows: one contiguous write
-        ck = jax.lax.dynamic_update_slice(ck, kk.astype(ck.dtype), (0, cache_slot, 0, 0))
-        cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, cache_slot, 0, 0))
+        ck = jax.lax.dynamic_update_slice(ck, kk[None].astype(ck.dtype), (layer, 0, cache_slot, 0, 0))
+        cv = jax.lax.dynamic_update_slice(cv, v[None].astype(cv.dtype), (layer, 0, cache_slot, 0, 0))
         q_slots = jnp.broadcast_to(cache_slot + jnp.arange(t, dtype=jnp.int32)[None], (b, t))
       else:                      # per-row slots i32[B, T]; out-of-range slots are dropped
         rows = jnp.arange(b, dtype=jnp.int32)[:, None]
-        ck = ck.at[rows, cache_slot].set(kk.astype(ck.dtype), mode="drop")
-        cv = cv.at[rows, cache_slot].set(v.astype(cv.dtype), mode="drop")
+        ck = ck.at[layer, rows, cache_slot].set(kk.astype(ck.dtype), mode="drop")
+        cv = cv.at[layer, rows, cache_slot].set(v.astype(cv.dtype), mode="drop")
         q_slots = cache_slot
-      keys, values, new_cache = ck.astype(dt), cv.astype(dt), (ck, cv)
+      cache = (ck, cv)
+      keys = jax.lax.dynamic_index_in_dim(ck, layer, 0, keepdims=False).astype(dt)
+      values = jax.lax.dynamic_index_in_dim(cv, layer, 0, keepdims=False).astype(dt)
 
     out = attend(q, keys, values, q_slots, key_valid, implementation=c.attention_impl, chunk=c.attention_chunk,
                  decode=c.decode_attention).reshape(b, t, h * hd)
     out = proj("o_proj", c.hidden_size, c.o_bias)(out)
-    return out, new_cache
+    return out, cache
 
 
 class MLP(nn.Module):
@@ -325,19 +333,21 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-  """One pre-norm block; scanned over layers (carry = hidden state, scanned input/output = layer cache)."""
+  """One pre-norm block; scanned over layers (carry = (hidden state, whole cache or None), scanned input =
+  the layer's index)."""
   config: ModelConfig
 
   @nn.compact
-  def __call__(self, x, layer_cache, cos, sin, key_valid, cache_slot):
+  def __call__(self, carry, layer, cos, sin, key_valid, cache_slot):
     c = self.config
     dt, pdt = jnp.dtype(c.dtype), jnp.dtype(c.param_dtype)
+    x, cache = carry
     y = RMSNorm(c.rms_norm_eps, dt, pdt, name="input_norm")(x)
-    y, new_cache = Attention(c, name="attn")(y, cos, sin, key_valid, layer_cache, cache_slot)
+    y, cache = Attention(c, name="attn")(y, cos, sin, key_valid, cache, layer, cache_slot)
     x = x + y
     y = RMSNorm(c.rms_norm_eps, dt, pdt, name="post_attn_norm")(x)
     x = x + MLP(c, name="mlp")(y)
-    return x, new_cache
+    return (x, cache), None
 
 
 class Decoder(nn.Module):
@@ -370,10 +380,11 @@ class Decoder(nn.Module):
     # which would leak through attention even where masked (0 * NaN).
     x = jnp.take(self.embed, tokens, axis=0, mode="clip").astype(jnp.dtype(c.dtype))
     cos, sin = rope_tables(c, positions)
-    xs = None if cache is None else (cache.k, cache.v)
-    x, new = self.layers(x, xs, cos, sin, key_valid.astype(bool), jnp.asarray(cache_slot, jnp.int32))
+    kv = None if cache is None else (cache.k, cache.v)
+    (x, kv), _ = self.layers((x, kv), jnp.arange(c.num_layers, dtype=jnp.int32), cos, sin,
+                             key_valid.astype(bool), jnp.asarray(cache_slot, jnp.int32))
     x = self.final_norm(x)
-    return x, (None if new is None else KVCache(*new))
+    return x, (None if kv is None else KVCache(*kv))
 
   def logits(self, hidden):
     """f32[..., V] = hidden W_out (W_out = embed^T when tied), accumulated in float32."""

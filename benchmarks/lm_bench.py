@@ -24,7 +24,8 @@ dequantised to float32) generating greedily from 4 chat prompts, 32 new tokens e
 
 Run:  python -m benchmarks.lm_bench            (the ~100M model; a few minutes on 2 cores)
       python -m benchmarks.lm_bench --quick    (tiny shapes, seconds)
-      python -m benchmarks.lm_bench --skip speed multiturn smollm2     (the memory table only)
+      python -m benchmarks.lm_bench --skip speed multiturn smollm2 decode     (the memory table only)
+      python -m benchmarks.lm_bench --skip speed memory multiturn     (SmolLM2 and decode; ~2.5 min)
 """
 
 from __future__ import annotations
@@ -274,21 +275,28 @@ def decode(quick: bool = False) -> list[dict]:
   key-value heads) at batch 8 against caches of S slots, as the samplers run them: 8 steps in one jitted loop
   whose carry is the cache (donated, written in place). `model.decode_attention` 'flat' (common.lm.model.
   attend_flat) vs 'grouped' (jax.nn.dot_product_attention, the path before), best of 3 alternated runs each;
-  ms per step and the ratio grouped / flat (> 1 = flat faster). --quick: 2 layers, S 256 and 1024."""
+  ms per step and the ratio grouped / flat (> 1 = flat faster). Two slot layouts: 'aligned' (every row writes the
+  same slot: one scalar, dynamic_update_slice) and 'per-row' (i32[B, 1] slots 0-3 apart, as the multi-turn sampler
+  with KV reuse writes them: a scatter). --quick: 2 layers, S 256 and 1024."""
   cfg = ModelConfig(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
                     num_layers=2 if quick else 30, num_heads=9, num_kv_heads=3, head_dim=64, tie_embeddings=True)
   params = jax.tree_util.tree_map(jnp.asarray, testing.random_params(cfg, seed=0, std=0.02))
   b, steps, out = 8, 8, []
-  for s in ((256, 1024) if quick else (2048, 8192)):
+  for s, layout in [(s, lay) for s in ((256, 1024) if quick else (2048, 8192)) for lay in ("aligned", "per-row")]:
     valid = jnp.ones((b, s), bool)
     fns = []
     for mode in ("flat", "grouped"):
       dec = model_lib.Decoder(cfg.replace(decode_attention=mode))
 
-      def loop(p, cache, dec=dec, s=s):
+      def loop(p, cache, dec=dec, s=s, layout=layout):
         def step(i, kv):
-          slot = jnp.int32(s - steps) + i
-          tok, pos = jnp.ones((b, 1), jnp.int32), jnp.full((b, 1), slot, jnp.int32)
+          if layout == "aligned":
+            slot = jnp.int32(s - steps) + i
+            pos = jnp.full((b, 1), slot, jnp.int32)
+          else:   # each row at its own slot (episodes of different lengths in one batch)
+            slot = (jnp.int32(s - steps - 3) + jnp.arange(b, dtype=jnp.int32) % 4 + i)[:, None]
+            pos = slot
+          tok = jnp.ones((b, 1), jnp.int32)
           return tuple(dec.apply({"params": p}, tok, pos, valid, model_lib.KVCache(*kv), slot)[1])
         return jax.lax.fori_loop(0, steps, step, cache)
 
@@ -301,7 +309,7 @@ def decode(quick: bool = False) -> list[dict]:
     flat_s, grouped_s = _race(fns[0][0], fns[1][0], 3)
     for _, state in fns:
       state.clear()   # free this size's caches before the next
-    out.append({"cache_slots": s, "batch": b, "flat_ms": round(1e3 * flat_s / steps, 1),
+    out.append({"cache_slots": s, "slots": layout, "batch": b, "flat_ms": round(1e3 * flat_s / steps, 1),
                 "grouped_ms": round(1e3 * grouped_s / steps, 1), "ratio": round(grouped_s / flat_s, 3)})
   return out
 
@@ -339,7 +347,8 @@ def main():
           f"tokens: ours {m['tokens_per_s_ours']} tok/s vs transformers {m['tokens_per_s_ref']} tok/s -> ratio "
           f"{m['ratio']}x (greedy agreement {m['greedy_token_agreement']:.3f})")
   for r in res.get("decode", ()):
-    print(f"decode step (SmolLM2-135M shape, batch {r['batch']}, cache {r['cache_slots']} slots): flat "
+    print(f"decode step (SmolLM2-135M shape, batch {r['batch']}, cache {r['cache_slots']} slots, {r['slots']} "
+          f"slots): flat "
           f"{r['flat_ms']} ms vs grouped {r['grouped_ms']} ms -> ratio {r['ratio']}x")
   if "gen_ratio" not in res:
     return

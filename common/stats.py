@@ -32,6 +32,27 @@ def finite_or_none(x) -> float | None:
   return float(x) if x is not None and np.isfinite(float(x)) else None
 
 
+def binomial_interval(successes: int, trials: int, *, confidence: float = 0.95) -> PairedDifference:
+  """The success rate successes / trials with its exact (Clopper-Pearson) interval, scipy.stats.binomtest's.
+
+  For independent 0/1 outcomes (one sample per instance, e.g. a gate's pass@1 with one rollout each), where a
+  bootstrap over instances gives the zero-width interval [0, 0] when none passed; the exact one does not
+  (0 of 20 at 95%: [0, 0.168]).
+
+  Returns:
+    PairedDifference(rate, low, high, trials), fractions in [0, 1].
+  Raises:
+    ValueError: trials < 1, successes outside [0, trials], or confidence outside (0, 1).
+  """
+  if trials < 1 or not 0 <= successes <= trials:
+    raise ValueError(f"binomial_interval: {successes} successes of {trials} trials (need 0 <= successes <= trials, "
+                     "trials >= 1)")
+  if not 0.0 < confidence < 1.0:
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+  ci = sp_stats.binomtest(int(successes), int(trials)).proportion_ci(confidence_level=confidence, method="exact")
+  return PairedDifference(successes / trials, float(ci.low), float(ci.high), int(trials))
+
+
 def paired_difference(x: Sequence[float], y: Sequence[float], *, confidence: float = 0.95,
                       resamples: int = 10_000, method: str = "BCa", seed: int = 0) -> PairedDifference:
   """Mean of x - y over paired units with a bootstrap confidence interval.

@@ -129,8 +129,11 @@ def default_config() -> ml_collections.ConfigDict:
   # min_pass of the tasks at `level` on held-out `seeds` or the run stops (0 = no gate; progagent.train.read_gate)
   # normalize_errors: () = each harness once with env.normalize_errors; (False, True) = each harness under both
   # (rows '<mode>' and '<mode>+norm', and their paired difference; progagent.train.paradigm_arms)
+  # primary: the cell named before the run (printed first, then above the table): pass@1(arm) - pass@1(baseline)
+  # at `level` (row labels of the table), minus the same at `from_level` when >= 0, paired by (task, seed) with
+  # an interval resampling tasks (progagent.train.primary_cell); arm '' = none
   c.paradigms = dict(modes=(), zero_rows=False, read_gate=dict(level=0, min_pass=0.0, seeds=(900, 901), samples=1),
-                     normalize_errors=())
+                     normalize_errors=(), primary=dict(arm="", baseline="", level=0, from_level=-1))
   # fewshot: one demonstration (the oracle episode of `task` at `level`, environment seed `seed`) between the
   # system message and the instruction of every evaluation prompt; task '' = none (progagent.evaluation)
   c.fewshot = dict(task="", level=0, seed=0)
@@ -262,6 +265,8 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   c.paradigms.modes = ("dtc", "ptc")
   c.paradigms.zero_rows = True
   c.paradigms.read_gate = dict(level=0, min_pass=0.5, seeds=(900, 901), samples=1)
+  # the question: does PTC's advantage over DTC grow with the state? (PTC - DTC at v3) - (PTC - DTC at v0)
+  c.paradigms.primary = dict(arm="ptc", baseline="dtc", level=3, from_level=0)
   c.tasks = FEWSHOT_TASKS
   c.fewshot = dict(task=FEWSHOT_TASK, level=0, seed=0)
   c.runtime = "inprocess"          # the demonstration's and the policy's programs; 'sandboxed' for the kernel
@@ -272,8 +277,10 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   c.gspo.steps = 0
   c.gspo.generate_batch_size = 8
   c.gspo.kv_reuse = True
-  # 'call': the sampler's random stream before the KV pool (common.lm.sampler), so that this config (and
-  # paradigms_read, errors_fewshot, built from it) keeps the stream of the runs made before it (issue 26)
+  # 'call': the sampler's random keys before the KV pool (common.lm.sampler), the keys of the runs made before it
+  # (issue 26; paradigms_read and errors_fewshot are built from this config). The same keys, not always the same
+  # tokens: model.decode_attention 'flat' (the default since f839c09) sums in another order than 'grouped' (float32
+  # rounding), which can flip a sample; --config.model.decode_attention=grouped decodes as those runs did
   c.gspo.sample_keys = "call"
   c.env.max_turns = 6
   c.env.max_context_tokens = 8192
@@ -294,6 +301,7 @@ def paradigms_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
     c.env.max_turns = 3
     c.env.max_response_tokens = 96
     c.paradigms.read_gate.min_pass = 0.0
+    c.paradigms.primary.level = 1
   return c
 
 
@@ -308,7 +316,7 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
   1000-1001, v0..v3, 2 samples, pass@1 / pass@2) with the rows that must score 0. `smoke` (tests): a tiny budget.
   """
   c = paradigms_fewshot()
-  c.gspo.sample_keys = "call"      # the stream before the KV pool: reproduces the table made before it (issue 26)
+  c.gspo.sample_keys = "call"      # the random keys before the KV pool (paradigms_fewshot's comment)
   c.fewshot.task = ""
   c.sft.enabled = True
   c.sft.oracle_seeds = tuple(range(30))
@@ -340,6 +348,7 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
     c.eval.levels = (0, 1)
     c.env.max_turns = 3
     c.env.max_response_tokens = 96
+    c.paradigms.primary.level = 1
   return c
 
 
@@ -355,10 +364,12 @@ def errors_fewshot(smoke: bool = False) -> ml_collections.ConfigDict:
   common.rollout.RolloutConfig.max_calls_per_turn). `smoke` (tests): 2 tasks, one seed, 96-token replies.
   """
   c = paradigms_fewshot()
-  c.gspo.sample_keys = "call"      # the stream before the KV pool: reproduces the table made before it (issue 26)
+  c.gspo.sample_keys = "call"      # the random keys before the KV pool (paradigms_fewshot's comment)
   c.tasks = ("tag:errors",)
   c.paradigms.normalize_errors = (False, True)
   c.paradigms.read_gate.min_pass = 0.0   # no reading gate: the question is each harness's recovery, on vs off
+  # the paper's number (38.3 -> 34.5 with detection off) is its programmatic harness's: PTC on - off at v0
+  c.paradigms.primary = dict(arm="ptc+norm", baseline="ptc", level=0, from_level=-1)
   c.eval.levels = (0,)
   c.env.max_turns = 12
   if smoke:

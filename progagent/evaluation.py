@@ -168,8 +168,9 @@ def run_eval_rollouts(config, policy, params, task_ids: Sequence[str], *, mode: 
   resume_dir: a single-process run keeps each finished unit's trajectories there (unit_<u>.pkl, written
   atomically), so a run killed during a long evaluation resumes from the units it finished instead of from
   nothing (a unit's samples depend only on its key, so a resumed evaluation equals an uninterrupted one).
-  The folder holds the settings it was written with (units.json: the eval, env, fewshot and gspo sampling
-  config); other settings clear it. Multi-process runs do not use it (only the primary process writes).
+  The folder holds the settings it was written with (units.json: the eval, env, fewshot, gspo sampling and model
+  attention config); other settings clear it (the weights are not part of them: a workdir holds one policy).
+  Multi-process runs do not use it (only the primary process writes).
   Pickle: only files this program wrote in the run's own workdir are read back."""
   ev = config.eval
   ec = eval_config(config, mode)
@@ -227,7 +228,9 @@ class _UnitStore:
         "mode": mode, "units": num_units, "seed": config.get("seed", None), "eval": config.eval.to_dict(),
         "env": config.env.to_dict(), "fewshot": fewshot.to_dict() if fewshot is not None else None,
         "sampling": {k: config.gspo.get(k, None) for k in ("top_k", "top_p", "generate_batch_size", "kv_reuse",
-                                                          "kv_cache_max_gb")}}, default=str))
+                                                          "kv_cache_max_gb", "sample_keys")},
+        "model": {k: config.model.get(k, None) for k in ("checkpoint", "dtype", "param_dtype", "attention_impl",
+                                                         "decode_attention")}}, default=str))
     path = os.path.join(folder, "units.json")
     saved = io.read_json(path) if os.path.exists(path) else None
     if saved != settings:

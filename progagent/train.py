@@ -176,6 +176,16 @@ def check_config(config) -> None:
         or set(rg.seeds) & (set(training_seeds(config)) | set(config.eval.seeds))):
       raise ValueError(f"config `paradigms.read_gate.seeds`={tuple(rg.seeds)} must be integers held out from "
                        f"training ({training_seeds(config)[:5]}...) and from eval.seeds {tuple(config.eval.seeds)}")
+  pc = config.paradigms.get("primary", None)
+  if pc is not None and pc.get("arm", "") and config.paradigms.modes:
+    labels = tuple(paradigm_arms(config))
+    if pc.arm not in labels or pc.baseline not in labels or pc.arm == pc.baseline:
+      raise ValueError(f"config `paradigms.primary`: arm {pc.arm!r} and baseline {pc.baseline!r} must be two of the "
+                       f"table's rows {labels} (paradigms.modes, paradigms.normalize_errors); arm '' names none")
+    lv = tuple(config.eval.levels)
+    if pc.level not in lv or (int(pc.from_level) >= 0 and (pc.from_level not in lv or pc.from_level == pc.level)):
+      raise ValueError(f"config `paradigms.primary`: level {pc.level!r} must be one of eval.levels {lv}, and "
+                       f"from_level {pc.from_level!r} another of them or -1 (no change over levels)")
   if config.eval.get("batch_instances", 0) < 0:
     raise ValueError(f"config `eval.batch_instances` must be >= 0 (0 = every instance in one batch), got "
                      f"{config.eval.batch_instances}")
@@ -487,6 +497,17 @@ def run_eval(config, policy: stages.Policy, params, task_ids: Sequence[str], wor
   return res
 
 
+def gate_failures(trajs: Sequence[traj_lib.Trajectory]) -> dict:
+  """How the reading gate's episodes ended: {'episodes', 'passed_episodes', 'no_result_read' (failed, and no tool
+  call ran without error: nothing was read), 'read_and_failed' (failed after at least one call returned a
+  result)}; calls counted by progagent.rollouts.episode_stats."""
+  st = [(t.reward >= 1.0, rollouts.episode_stats(t)) for t in trajs]
+  read = [s["tool_calls"] - s["tool_errors"] > 0 for _, s in st]
+  return {"episodes": len(st), "passed_episodes": sum(p for p, _ in st),
+          "no_result_read": sum(not p and not r for (p, _), r in zip(st, read)),
+          "read_and_failed": sum(not p and r for (p, _), r in zip(st, read))}
+
+
 def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], workdir: str, *,
               cache_dir: str | None = None) -> dict | None:
   """The reading gate (config `paradigms.read_gate`; issue 26's C1 and C2): before GSPO, the policy under DTC (after
@@ -501,7 +522,8 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
   `read_gate.min_pass` <= 0: no gate (None).
 
   Returns:
-    {'pass@1', 'units', 'min_pass', 'passed', 'line'} or None.
+    {'pass@1', 'pass@1_low', 'pass@1_high', 'interval' (with `samples` 1 the exact binomial interval over the
+    instances, else the bootstrap one), 'units', gate_failures' counts, 'min_pass', 'passed', 'line'} or None.
   Raises:
     common.lm.stages.RegimeGateFailed: the gate failed.
   """
@@ -521,14 +543,25 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
     lvl = evaluation.summarize(trajs, ks=(1,), confidence=config.stats.confidence,
                                resamples=config.stats.resamples)[int(g.level)]
     saved = {"settings": settings, "pass@1": lvl["pass@1"], "pass@1_low": lvl["pass@1_low"],
-             "pass@1_high": lvl["pass@1_high"], "units": lvl["units"]}
+             "pass@1_high": lvl["pass@1_high"], "units": lvl["units"], "interval": "bootstrap",
+             **gate_failures(trajs)}
+    if int(g.samples) == 1:   # one 0/1 outcome per instance: the exact binomial interval (never [0, 0])
+      ci = stats.binomial_interval(int(round(lvl["pass@1"] * lvl["units"])), int(lvl["units"]),
+                                   confidence=config.stats.confidence)
+      saved.update({"pass@1_low": ci.low, "pass@1_high": ci.high, "interval": "exact binomial"})
   saved["min_pass"] = float(g.min_pass)
   saved["passed"] = bool(saved["pass@1"] >= float(g.min_pass))
   trained = bool(config.sft.enabled)
+  why = ""
+  if "episodes" in saved:
+    why = (f"; of {saved['episodes']} episodes, {saved['passed_episodes']} passed, {saved['no_result_read']} failed "
+           f"without reading a tool result (no call ran without error), {saved['read_and_failed']} read one and "
+           "failed")
   saved["line"] = (f"reading gate (DTC {'after SFT' if trained else 'one-shot, no training'}, v{g.level}, held-out "
                    f"seeds {tuple(g.seeds)}, {saved['units']} instances): pass@1 {100 * saved['pass@1']:.1f}% "
-                   f"[{100 * saved['pass@1_low']:.1f}, {100 * saved['pass@1_high']:.1f}] (need >= "
-                   f"{100 * float(g.min_pass):.0f}%): "
+                   f"[{100 * saved['pass@1_low']:.1f}, {100 * saved['pass@1_high']:.1f}] "
+                   f"({saved.get('interval', 'bootstrap')} {100 * config.stats.confidence:.0f}% interval; need >= "
+                   f"{100 * float(g.min_pass):.0f}%){why}: "
                    + ("PASS" if saved["passed"] else
                       f"FAIL: DTC {'did not learn to read' if trained else 'cannot read'}; no paradigm result"))
   if distributed.is_primary():
@@ -608,6 +641,9 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   out: dict[str, dict] = {}
   arms = paradigm_arms(config)
+  primary_text = describe_primary(config)
+  if primary_text:
+    print(primary_text, flush=True)
   for label, (mode, normalize, sub) in arms.items():
     c = ml_collections.ConfigDict(config.to_dict())
     c.paradigms.modes = ()
@@ -642,6 +678,9 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
              "into failed calls, the others return them as data\n")
   else:
     head += f"error normalisation: {'on' if config.env.normalize_errors else 'off'} (env.normalize_errors)\n"
+  primary = primary_cell(config, workdir, arms)
+  if primary_text:
+    head += primary_text + "\n" + (format_primary(primary) if primary else "primary cell: no shared instances") + "\n"
   table = head + evaluation.format_level_table(results, levels, tuple(config.eval.k))
   norm_diff = normalisation_differences(config, workdir, arms)
   if norm_diff:
@@ -660,6 +699,7 @@ def run_paradigms(config: ml_collections.ConfigDict, workdir: str) -> dict:
                    "levels": levels, "results": {m: {str(k): v for k, v in r.items()} for m, r in results.items()},
                    "zero_rows": None if zero is None else {n: {str(k): v for k, v in r.items()} for n, r in zero.items()},
                    "normalisation_differences": {m: {str(k): v for k, v in r.items()} for m, r in norm_diff.items()},
+                   "primary": primary,
                    "summaries": {m: _read_summary(os.path.join(workdir, arms[m][2])) for m in out}}, default=float)
   print(table, flush=True)
   return {"paradigms": out, "table": table}
@@ -682,6 +722,69 @@ def paradigm_arms(config) -> dict[str, tuple[str, bool, str]]:
   return arms
 
 
+def instance_rates(arm_dir: str) -> dict[tuple[int, str, int], float]:
+  """{(level, task, seed): success rate over the instance's evaluation rollouts} read from one arm's
+  eval/episodes.jsonl ({} when it is missing): the units every paired comparison of the table uses."""
+  path = os.path.join(arm_dir, "eval", "episodes.jsonl")
+  units: dict[tuple, list[float]] = {}
+  for r in (io.read_jsonl(path) if os.path.exists(path) else []):
+    units.setdefault((int(r["level"]), r["task_id"], int(r["seed"])), []).append(float(r["reward"] >= 1.0))
+  return {u: float(np.mean(v)) for u, v in units.items()}
+
+
+def describe_primary(config) -> str | None:
+  """The primary cell's definition (config `paradigms.primary`), printed before any run; None when none is named."""
+  pc = config.paradigms.get("primary", None)
+  if pc is None or not pc.get("arm", ""):
+    return None
+  cell = f"pass@1({pc.arm}) - pass@1({pc.baseline}) at v{pc.level}"
+  if int(pc.from_level) >= 0:
+    cell = f"[{cell}] - [the same at v{pc.from_level}]"
+  return (f"primary cell (named before the run, config paradigms.primary): {cell}, percent points, paired by "
+          f"(task, seed) instance; {100 * config.stats.confidence:.0f}% interval resampling tasks "
+          "(common.stats.clustered_difference)")
+
+
+def primary_cell(config, workdir: str, arms: Mapping[str, tuple[str, bool, str]]) -> dict | None:
+  """The primary cell's value (config `paradigms.primary`: arm, baseline, level, from_level) from the arms'
+  evaluation episodes.
+
+  Per (task, seed) instance held by both rows at the levels used: d = (arm - baseline) at `level`, minus (arm -
+  baseline) at `from_level` when that is >= 0 (does the gap grow with the state?). Mean over instances, interval
+  from common.stats.clustered_difference (tasks resampled, a task's seeds averaged first).
+
+  Returns:
+    {'cell', 'mean', 'low', 'high', 'instances', 'tasks'} (fractions), or None when no cell is named or the two
+    rows share no instance (e.g. a failed reading gate stopped the run).
+  """
+  pc = config.paradigms.get("primary", None)
+  if pc is None or not pc.get("arm", ""):
+    return None
+  arm, base = instance_rates(os.path.join(workdir, arms[pc.arm][2])), instance_rates(
+      os.path.join(workdir, arms[pc.baseline][2]))
+  levels = (int(pc.level),) + ((int(pc.from_level),) if int(pc.from_level) >= 0 else ())
+  shared = sorted({(t, sd) for (_, t, sd) in arm}
+                  & {(t, sd) for (_, t, sd) in base})
+  shared = [u for u in shared if all((lvl, *u) in arm and (lvl, *u) in base for lvl in levels)]
+  if not shared:
+    return None
+  gap = lambda lvl: [arm[(lvl, *u)] - base[(lvl, *u)] for u in shared]   # pylint: disable=unnecessary-lambda-assignment
+  x = gap(levels[0])
+  y = gap(levels[1]) if len(levels) > 1 else [0.0] * len(shared)
+  d = stats.clustered_difference(x, y, [u[0] for u in shared], confidence=config.stats.confidence,
+                                 resamples=config.stats.resamples)
+  return {"cell": describe_primary(config), "mean": d.mean, "low": stats.finite_or_none(d.low),
+          "high": stats.finite_or_none(d.high), "instances": len(shared), "tasks": d.n}
+
+
+def format_primary(cell: Mapping) -> str:
+  """One line: the primary cell's value and interval in percent points."""
+  ci = ("no interval (one task)" if cell["low"] is None else
+        f"[{100 * cell['low']:+.1f}, {100 * cell['high']:+.1f}]")
+  return (f"primary cell: {100 * cell['mean']:+.1f} points {ci} over {cell['instances']} instances of "
+          f"{cell['tasks']} tasks")
+
+
 def normalisation_differences(config, workdir: str, arms: Mapping[str, tuple[str, bool, str]]) -> dict:
   """Pass@1 with error normalisation on minus off, per harness and level, paired by held-out instance.
 
@@ -700,13 +803,7 @@ def normalisation_differences(config, workdir: str, arms: Mapping[str, tuple[str
   for mode, subs in by_mode.items():
     if set(subs) != {False, True}:
       continue
-    rates = {}
-    for normalize, sub in subs.items():
-      path = os.path.join(workdir, sub, "eval", "episodes.jsonl")
-      units: dict[tuple, list[float]] = {}
-      for r in (io.read_jsonl(path) if os.path.exists(path) else []):
-        units.setdefault((int(r["level"]), r["task_id"], int(r["seed"])), []).append(float(r["reward"] >= 1.0))
-      rates[normalize] = {u: float(np.mean(v)) for u, v in units.items()}
+    rates = {normalize: instance_rates(os.path.join(workdir, sub)) for normalize, sub in subs.items()}
     shared = sorted(set(rates[False]) & set(rates[True]))
     for lvl in sorted({u[0] for u in shared}):
       us = [u for u in shared if u[0] == lvl]

@@ -84,6 +84,13 @@ class DecodeAttentionTest(parameterized.TestCase):
     grouped = model_lib.attend(q, kk, v, slots, valid, decode="grouped")
     np.testing.assert_allclose(np.asarray(model_lib.attend(q, kk, v, slots, valid, decode="flat")),
                                np.asarray(grouped), atol=1e-6, rtol=1e-6)
+    # a bad choice is refused on every path ('dense' included), naming the config key
+    for impl in ("xla", "dense"):
+      with self.assertRaisesRegex(ValueError, "model.decode_attention"):
+        model_lib.attend(q, kk, v, slots, valid, implementation=impl, decode="Flat")
+    if h % 2:   # heads that do not group over 2 kv heads
+      with self.assertRaisesRegex(ValueError, "not a multiple"):
+        model_lib.attend_flat(q, kk[:, :, :1].repeat(2, axis=2), v[:, :, :1].repeat(2, axis=2), slots, valid)
 
   def test_decode_steps_agree_and_the_choice_is_checked(self):
     """A cached decode through the whole model: 'flat' and 'grouped' give the same logits to float rounding;

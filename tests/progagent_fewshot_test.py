@@ -2,6 +2,7 @@
 each harness's format, the rows that must score 0, the overflow and cut columns, the config's checks, and the
 error-recovery table's arms (configs/progagent.py:errors_fewshot: error normalisation off and on)."""
 
+import io as io_lib
 import json
 import os
 import shutil
@@ -132,6 +133,34 @@ class ErrorRecoveryTest(absltest.TestCase):
     self.assertEqual(train.normalisation_differences(c, "/nonexistent", train.paradigm_arms(c)), {})
 
   @pytest.mark.fast
+  def test_primary_cell_is_the_change_of_the_paired_gap(self):
+    c = progagent_config.get_config("paradigms_fewshot")
+    c.stats.resamples = 200
+    arms = train.paradigm_arms(c)
+    # (task, seed) -> (DTC v0, DTC v3, PTC v0, PTC v3) success; task c has no v3 rollouts for PTC: left out
+    wins = {("a", 1000): (1, 0, 1, 1), ("a", 1001): (1, 1, 1, 1), ("b", 1000): (0, 0, 1, 0),
+            ("b", 1001): (1, 0, 1, 1), ("c", 1000): (1, 1, 1, None)}
+    with tempfile.TemporaryDirectory() as d:
+      for mode, cols in (("dtc", (0, 1)), ("ptc", (2, 3))):
+        os.makedirs(os.path.join(d, mode, "eval"))
+        io.write_jsonl(os.path.join(d, mode, "eval", "episodes.jsonl"),
+                       [{"task_id": t, "level": lvl, "seed": s, "sample": 0, "reward": float(w[col])}
+                        for (t, s), w in wins.items() for lvl, col in zip((0, 3), cols) if w[col] is not None])
+      cell = train.primary_cell(c, d, arms)
+      # per instance (PTC - DTC at v3) - (PTC - DTC at v0): a/1000 +1, a/1001 0, b/1000 -1, b/1001 +1;
+      # task means a +0.5, b 0: the mean over tasks is +0.25
+      self.assertAlmostEqual(cell["mean"], 0.25)
+      self.assertEqual((cell["instances"], cell["tasks"]), (4, 2))
+      self.assertIn("primary cell: +25.0 points", train.format_primary(cell))
+      self.assertIsNone(train.primary_cell(c, os.path.join(d, "missing"), arms))   # e.g. the gate stopped the run
+    for bad, msg in ((dict(arm="hybrid"), "two of the table's rows"), (dict(level=4), "eval.levels"),
+                     (dict(from_level=3), "from_level")):
+      b = progagent_config.get_config("paradigms_fewshot")
+      b.paradigms.primary.update(bad)
+      with self.assertRaisesRegex(ValueError, msg):
+        train.check_config(b)
+
+  @pytest.mark.fast
   def test_cut_reply_is_not_counted_as_overflow(self):
     def traj(i, termination, last_status):
       t = traj_lib.Trajectory(episode=i, task_id="retail/lost_parcels@v0", group=0, sample=i, seed=1000,
@@ -170,9 +199,14 @@ class FewshotRunTest(absltest.TestCase):
     # first prompt, the zero rows and the overflow column in the table.
     c = _tiny(progagent_config.get_config("paradigms_fewshot_smoke"))
     c.eval.levels = (0,)
+    c.paradigms.primary.level, c.paradigms.primary.from_level = 0, -1   # one level: PTC - DTC at v0
     with tempfile.TemporaryDirectory() as d:
-      res = train.run(c, d)
+      with mock.patch("sys.stdout", new_callable=io_lib.StringIO) as out:
+        res = train.run(c, d)
+      printed = out.getvalue()
+      self.assertLess(printed.index("primary cell (named before the run"), printed.index("paradigm table"))
       text = open(os.path.join(d, "results_paradigms.txt")).read()
+      self.assertIn("primary cell: ", text)
       self.assertIn("few-shot, no training", text)
       self.assertIn("overflow%", text)
       self.assertIn("seed-0 answer", text)
@@ -183,6 +217,9 @@ class FewshotRunTest(absltest.TestCase):
         self.assertLen(rows, 2)   # 1 task x 1 level x 1 seed x 2 samples
       saved = json.load(open(os.path.join(d, "results_paradigms.json")))
       self.assertEqual(saved["zero_rows"]["no call"]["0"]["pass@1"], 0.0)
+      self.assertEqual(saved["primary"]["instances"], 1)
+      self.assertAlmostEqual(saved["primary"]["mean"], saved["results"]["ptc"]["0"]["pass@1"]
+                             - saved["results"]["dtc"]["0"]["pass@1"])
 
   def test_error_recovery_arms_end_to_end(self):
     # configs/progagent.py:errors_fewshot's path with a tiny random policy, DTC only: the harness with error
@@ -190,6 +227,9 @@ class FewshotRunTest(absltest.TestCase):
     c = _tiny(progagent_config.get_config("errors_fewshot_smoke"))
     c.paradigms.modes = ("dtc",)
     c.paradigms.zero_rows = False
+    with self.assertRaisesRegex(ValueError, "paradigms.primary"):   # its primary cell names the PTC rows
+      train.check_config(c)
+    c.paradigms.primary.arm, c.paradigms.primary.baseline = "dtc+norm", "dtc"
     with tempfile.TemporaryDirectory() as d:
       res = train.run(c, d)
       self.assertEqual(set(res["paradigms"]), {"dtc", "dtc+norm"})
@@ -202,6 +242,7 @@ class FewshotRunTest(absltest.TestCase):
       self.assertIn("error normalisation on - off", text)
       saved = json.load(open(os.path.join(d, "results_paradigms.json")))
       self.assertEqual(saved["normalisation_differences"]["dtc"]["0"]["tasks"], 1)
+      self.assertAlmostEqual(saved["primary"]["mean"], saved["normalisation_differences"]["dtc"]["0"]["mean"])
 
   def test_reading_gate_stops_a_dtc_arm_that_cannot_read(self):
     # C2's gate with a tiny random policy (the real run: configs/progagent.py:paradigms_read on SmolLM2): after SFT
@@ -222,6 +263,13 @@ class FewshotRunTest(absltest.TestCase):
       gate = json.load(open(os.path.join(d, "dtc", "read_gate.json")))
       self.assertFalse(gate["passed"])
       self.assertEqual(gate["units"], 1)
+      # one sample per instance: the exact binomial interval (0 of 1 at 95%: [0, 0.975]), not the bootstrap's [0, 0]
+      self.assertEqual(gate["interval"], "exact binomial")
+      self.assertAlmostEqual(gate["pass@1_high"], 0.975, places=6)
+      # every failed episode is counted once: with no tool result read, or after reading one
+      self.assertEqual(gate["episodes"], 1)
+      self.assertEqual(gate["no_result_read"] + gate["read_and_failed"], 1)
+      self.assertIn("failed without reading a tool result", gate["line"])
       # a run killed during the gate resumes from the units it finished: with every unit on disk the gate
       # needs no parameters (None would fail a rollout), and it gives the same result; the units go once
       # read_gate.json is written

@@ -50,5 +50,29 @@ class PairedDifferenceTest(absltest.TestCase):
       stats.paired_difference([1, 2], [1, 2], confidence=95)
 
 
+class BinomialIntervalTest(absltest.TestCase):
+
+  def test_exact_interval(self):
+    # Clopper-Pearson: 0 of 20 at 95% is [0, 1 - 0.025 ** (1 / 20)], not a zero-width interval
+    ci = stats.binomial_interval(0, 20)
+    self.assertEqual((ci.mean, ci.low, ci.n), (0.0, 0.0, 20))
+    self.assertAlmostEqual(ci.high, 1 - 0.025 ** (1 / 20), places=9)
+    ci = stats.binomial_interval(20, 20)
+    self.assertAlmostEqual(ci.low, 0.025 ** (1 / 20), places=9)
+    self.assertEqual(ci.high, 1.0)
+    ci = stats.binomial_interval(10, 20, confidence=0.9)
+    self.assertLess(ci.low, 0.5)
+    self.assertGreater(ci.high, 0.5)
+    self.assertAlmostEqual(ci.low + ci.high, 1.0, places=9)   # symmetric at one half
+
+  def test_bad_input_is_named(self):
+    with self.assertRaisesRegex(ValueError, "successes"):
+      stats.binomial_interval(3, 2)
+    with self.assertRaisesRegex(ValueError, "trials >= 1"):
+      stats.binomial_interval(0, 0)
+    with self.assertRaisesRegex(ValueError, "confidence"):
+      stats.binomial_interval(1, 2, confidence=95)
+
+
 if __name__ == "__main__":
   absltest.main()

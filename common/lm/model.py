@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from common.lm import config as config_lib
 from common.lm.config import ModelConfig
 
 Params = Any
@@ -166,9 +167,13 @@ def attend_flat(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, ke
     h // (H/K)); q_slots i32[B, T]; key_valid bool[B, S].
   Returns: [B, T, H, hd] in q's dtype; a query that sees no key gets the mean of v over its group (finite).
   Cost: [B, T, H, S*K] float32 scores: meant for small T (decode), not for prefill.
+  Raises:
+    ValueError: H is not a multiple of K.
   """
   b, t, h, hd = q.shape
   s, kh = k.shape[1], k.shape[2]
+  if h % kh:
+    raise ValueError(f"attend_flat: {h} query heads are not a multiple of {kh} key/value heads.")
   own = (jnp.arange(h) // (h // kh))[:, None] == jnp.arange(kh)[None, :]          # [H, K]: head h's kv head
   scores = jnp.einsum("bthd,bnd->bthn", q, k.reshape(b, s * kh, hd),
                       preferred_element_type=jnp.float32).reshape(b, t, h, s, kh)
@@ -211,15 +216,18 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, q_slots: jax.Array, key_val
       default here) keeps jax.nn.dot_product_attention (config `model.decode_attention`, whose default is 'flat').
   Returns:
     [B, T, H, hd] in q's dtype. A query that sees no key gets the mean of v (finite).
+  Raises:
+    ValueError: chunk < 1, H not a multiple of K, or `decode` not in common.lm.config.DECODE_ATTENTIONS.
   """
   if chunk < 1:
     raise ValueError(f"attend: chunk={chunk} must be >= 1 (config model.attention_chunk).")
   if q.shape[2] % k.shape[2]:
     raise ValueError(f"attend: {q.shape[2]} query heads are not a multiple of {k.shape[2]} key/value heads.")
+  if decode not in config_lib.DECODE_ATTENTIONS:
+    raise ValueError(f"attend: decode={decode!r} is not one of {config_lib.DECODE_ATTENTIONS} "
+                     "(config model.decode_attention).")
   if implementation == "dense":
     return attend_reference(q, k, v, slot_mask(q_slots, key_valid))
-  if decode not in ("flat", "grouped"):
-    raise ValueError(f"attend: decode={decode!r} is not 'flat' or 'grouped' (config model.decode_attention).")
   if decode == "flat" and implementation == "xla" and q.shape[1] == 1:
     return attend_flat(q, k, v, q_slots, key_valid)
   impl = None if implementation in (None, "auto") else implementation

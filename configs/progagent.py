@@ -98,7 +98,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.sft = schema.sft_config(epochs=3, steps=0, batch_size=64, micro_batch_size=0, learning_rate=1e-5,
                             extra=dict(enabled=True, teacher_jsonl="", min_score=0.7, modes=(), oracle_modes=("ptc",),
                                        oracle_scales=(0, 1, 2, 3), oracle_seeds=(0,), max_tokens=32768,
-                                       token_budget=0))   # token_budget > 0: updates for that many row tokens
+                                       token_budget=0,    # token_budget > 0: updates for that many row tokens
+                                       # sft/eval_loss (before and after SFT) on this many rows drawn once with
+                                       # `seed` (0 = all rows; each batch padded to its own length bucket)
+                                       eval_rows=0))
   c.gspo = dict(steps=150, tasks_per_step=32, rollouts_per_task=16, learning_rate=1e-6, temperature=1.0,
                 top_k=0, top_p=1.0, clip_low=3e-4, clip_high=4e-4, minibatches=4, epochs=1, micro_batch_size=0,
                 logp_old="recompute", task_filter="", generate_batch_size=0, kv_reuse=True, kv_cache_max_gb=32.0,
@@ -325,6 +328,7 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
   c.sft.batch_size = 2
   c.sft.learning_rate = 5e-5
   c.sft.token_budget = 150_000
+  c.sft.eval_rows = 16             # the loss before/after on all 941 rows would cost more than the 18 updates
   c.paradigms.read_gate = dict(level=0, min_pass=0.5, seeds=(900, 901), samples=1)
   c.gspo.steps = 2
   c.gspo.tasks_per_step = 4

@@ -176,6 +176,8 @@ def check_config(config) -> None:
         or set(rg.seeds) & (set(training_seeds(config)) | set(config.eval.seeds))):
       raise ValueError(f"config `paradigms.read_gate.seeds`={tuple(rg.seeds)} must be integers held out from "
                        f"training ({training_seeds(config)[:5]}...) and from eval.seeds {tuple(config.eval.seeds)}")
+  if int(config.sft.get("eval_rows", 0) or 0) < 0:
+    raise ValueError(f"config `sft.eval_rows`={config.sft.eval_rows} must be >= 0 (0 = every SFT row)")
   pc = config.paradigms.get("primary", None)
   if pc is not None and pc.get("arm", "") and config.paradigms.modes:
     labels = tuple(paradigm_arms(config))
@@ -314,8 +316,9 @@ def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajector
   `sft.epochs` passes (or `sft.steps` updates) in batches of `sft.batch_size` rows in a fresh order per epoch
   (seed `seed`), each padded to the length bucket (`lengths.buckets`) of its longest row, at
   `sft.learning_rate`. Metrics (workdir/sft/metrics.jsonl): sft/loss, sft/tokens, sft/grad_norm, sft/epoch per
-  step; sft/eval_loss (token-mean cross-entropy on all examples, progagent.updates.mean_loss) at step 0 and at
-  the last step, with sft/examples and sft/length (the bucket of the longest example) at step 0.
+  step; sft/eval_loss (token-mean cross-entropy, progagent.updates.loss_sums, on all examples or on
+  `sft.eval_rows` of them: eval_loss_rows) at step 0 and at the last step, with sft/examples, sft/eval_rows and
+  sft/length (the bucket of the longest example) at step 0.
   """
   sc = config.sft
   optim = stages.stage_optim(config, sc.learning_rate)
@@ -342,10 +345,36 @@ def run_sft(config, policy: stages.Policy, examples: Sequence[traj_lib.Trajector
                            updates.bucket_length(max(sizes[r] for r in idx), config.lengths.buckets), pad_id=pad)
     return b.tokens, b.attn, b.policy
 
+  held = eval_loss_rows(sizes, int(sc.get("eval_rows", 0) or 0), seed=config.seed)
+
+  def eval_loss(p):   # token-mean over the rows `held`, each batch padded to its own length bucket
+    total = count = 0.0
+    for j in range(0, len(held), bs):
+      t, n = updates.loss_sums(p, [examples[r] for r in held[j:j + bs]], policy.model, pad_id=pad, rows=bs,
+                               length=updates.bucket_length(max(sizes[r] for r in held[j:j + bs]),
+                                                            config.lengths.buckets))
+      total, count = total + t, count + n
+    return total / max(count, 1.0)
+
   return stages.run_sft(os.path.join(workdir, "sft"), state, config, examples=len(examples), batch_of=batch_of,
-                        model=policy.model, optim=optim, seed=config.seed, first_metrics={"sft/length": length},
-                        eval_loss=lambda p: updates.mean_loss(p, examples, policy.model, pad_id=pad, rows=bs,
-                                                              length=length))
+                        model=policy.model, optim=optim, seed=config.seed,
+                        first_metrics={"sft/length": length, "sft/eval_rows": len(held)}, eval_loss=eval_loss)
+
+
+def eval_loss_rows(sizes: Sequence[int], eval_rows: int, *, seed: int) -> list[int]:
+  """The SFT rows whose loss is logged before and after SFT (config `sft.eval_rows`): all of them when eval_rows
+  is 0 or at least their number, else eval_rows drawn without replacement (numpy, `seed`), sorted by length so
+  that a batch pads little.
+
+  Raises:
+    ValueError: eval_rows < 0.
+  """
+  if eval_rows < 0:
+    raise ValueError(f"config `sft.eval_rows`={eval_rows} must be >= 0 (0 = every SFT row)")
+  idx = list(range(len(sizes)))
+  if 0 < eval_rows < len(sizes):
+    idx = [int(i) for i in np.random.default_rng(seed).choice(len(sizes), eval_rows, replace=False)]
+  return sorted(idx, key=lambda r: (sizes[r], r))
 
 
 def gspo_step_batch(trajs: Sequence[traj_lib.Trajectory], *, num_groups: int, config, pad_id: int) -> updates.Batch:
@@ -734,6 +763,8 @@ def instance_rates(arm_dir: str) -> dict[tuple[int, str, int], float]:
 
 def describe_primary(config) -> str | None:
   """The primary cell's definition (config `paradigms.primary`), printed before any run; None when none is named."""
+  if int(config.sft.get("eval_rows", 0) or 0) < 0:
+    raise ValueError(f"config `sft.eval_rows`={config.sft.eval_rows} must be >= 0 (0 = every SFT row)")
   pc = config.paradigms.get("primary", None)
   if pc is None or not pc.get("arm", ""):
     return None
@@ -757,6 +788,8 @@ def primary_cell(config, workdir: str, arms: Mapping[str, tuple[str, bool, str]]
     {'cell', 'mean', 'low', 'high', 'instances', 'tasks'} (fractions), or None when no cell is named or the two
     rows share no instance (e.g. a failed reading gate stopped the run).
   """
+  if int(config.sft.get("eval_rows", 0) or 0) < 0:
+    raise ValueError(f"config `sft.eval_rows`={config.sft.eval_rows} must be >= 0 (0 = every SFT row)")
   pc = config.paradigms.get("primary", None)
   if pc is None or not pc.get("arm", ""):
     return None

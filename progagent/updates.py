@@ -66,6 +66,13 @@ def mean_loss(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, 
               length: int) -> float:
   """Token-mean cross-entropy (nats) of the policy tokens of `trajs`, scored in batches of `rows` rows padded to
   `length` tokens (a short last batch filled with masked copies, common.lm.updates.pad_batch)."""
+  total, count = loss_sums(params, trajs, model, pad_id=pad_id, rows=rows, length=length)
+  return total / max(count, 1.0)
+
+
+def loss_sums(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, *, pad_id: int, rows: int,
+              length: int) -> tuple[float, float]:
+  """(summed cross-entropy in nats, number of policy tokens) of `trajs`, batched as in mean_loss."""
   total, count = 0.0, 0.0
   for i in range(0, len(trajs), rows):
     b = make_batch(list(trajs[i:i + rows]), length, pad_id=pad_id)
@@ -73,7 +80,7 @@ def mean_loss(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, 
     lp = np.asarray(kit.score_rows(params, jnp.asarray(tok), jnp.asarray(attn), model=model))
     total += float(-np.sum(np.where(pol, lp, 0.0)))
     count += float(pol.sum())
-  return total / max(count, 1.0)
+  return total, count
 
 
 @functools.partial(jax.jit, static_argnames=("model", "optim", "micro", "temperature", "clip_low", "clip_high"))

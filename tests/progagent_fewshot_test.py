@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from unittest import mock
 
+import numpy as np
 from absl.testing import absltest
 import pytest
 
@@ -50,6 +51,23 @@ class FewshotConfigTest(absltest.TestCase):
     c = progagent_config.get_config("paradigms")
     c.sft.token_budget = -5
     with self.assertRaisesRegex(ValueError, "sft.token_budget"):
+      train.check_config(c)
+
+  @pytest.mark.fast
+  def test_eval_loss_rows(self):
+    sizes = [500, 4000, 100, 8000, 2500, 300]
+    self.assertEqual(train.eval_loss_rows(sizes, 0, seed=0), [2, 5, 0, 4, 1, 3])    # all, shortest first
+    self.assertEqual(train.eval_loss_rows(sizes, 10, seed=0), [2, 5, 0, 4, 1, 3])
+    some = train.eval_loss_rows(sizes, 3, seed=0)
+    self.assertLen(set(some), 3)
+    self.assertEqual(some, sorted(some, key=lambda r: sizes[r]))
+    self.assertEqual(some, train.eval_loss_rows(sizes, 3, seed=0))   # drawn once, the same on a rerun
+    with self.assertRaisesRegex(ValueError, "sft.eval_rows"):
+      train.eval_loss_rows(sizes, -1, seed=0)
+    c = progagent_config.get_config("paradigms_read")
+    self.assertEqual(c.sft.eval_rows, 16)
+    c.sft.eval_rows = -1
+    with self.assertRaisesRegex(ValueError, "sft.eval_rows"):
       train.check_config(c)
 
   def test_demonstration_is_the_oracle_episode_in_each_harness(self):
@@ -282,6 +300,9 @@ class FewshotRunTest(absltest.TestCase):
       self.assertEqual(resumed["line"], gate["line"])
       self.assertFalse(os.path.exists(os.path.join(d, "dtc", "read_gate_units")))
       self.assertTrue(os.path.exists(os.path.join(d, "dtc", "sft", "metrics.jsonl")))   # SFT ran, on its budget
+      sft = io.read_jsonl(os.path.join(d, "dtc", "sft", "metrics.jsonl"))
+      self.assertEqual(sft[0]["sft/eval_rows"], sft[0]["sft/examples"])   # fewer rows than sft.eval_rows: all
+      self.assertTrue(all(np.isfinite(r["sft/eval_loss"]) for r in (sft[0], sft[-1])))
       self.assertFalse(os.path.exists(os.path.join(d, "dtc", "gspo", "metrics.jsonl")))
       self.assertFalse(os.path.exists(os.path.join(d, "ptc")))
       # a rerun reads the saved gate (same settings) instead of evaluating again; a passing one lets the run go on

@@ -319,7 +319,7 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
   1000-1001, v0..v3, 2 samples, pass@1 / pass@2) with the rows that must score 0. `smoke` (tests): a tiny budget.
 
   Cost on 2 CPU cores (float32): an update of two rows of about 2,800 tokens took about 3.4 min, the loss of 16
-  rows of up to 8,192 tokens (no update) about 10 min; the DTC arm's SFT alone (150,000 row tokens, 18 updates of
+  rows of up to 8,192 tokens (no update) 6 to 12 min; the DTC arm's SFT alone (150,000 row tokens, 18 updates of
   rows up to 8,192 tokens) is hours, and the whole table a day or more. A machine with an accelerator is the
   place for it.
   """
@@ -334,9 +334,9 @@ def paradigms_read(smoke: bool = False) -> ml_collections.ConfigDict:
   c.sft.learning_rate = 5e-5
   c.sft.token_budget = 150_000
   c.sft.eval_rows = 16             # the loss before/after on all 941 rows would cost more than the 18 updates
-  # memory: two 8,192-token rows of SmolLM2 in one float32 update went past 24 GB (killed, 923e610); each layer
-  # recomputed in the backward pass and one row per micro-batch (the same gradient): 6 GB with rows of up to 4,096
-  # tokens (8,192 not measured)
+  # memory: SmolLM2's first float32 update, two rows (4,523 and 2,543 tokens) padded to 6,144, went past 24 GB
+  # (killed, 923e610); each layer recomputed in the backward pass and one row per micro-batch (the same gradient):
+  # about 6 GB with rows of up to 4,096 tokens (6,144 and 8,192 not measured)
   c.model.remat = "full"
   c.sft.micro_batch_size = 1
   c.paradigms.read_gate = dict(level=0, min_pass=0.5, seeds=(900, 901), samples=1)

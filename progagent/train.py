@@ -763,8 +763,6 @@ def instance_rates(arm_dir: str) -> dict[tuple[int, str, int], float]:
 
 def describe_primary(config) -> str | None:
   """The primary cell's definition (config `paradigms.primary`), printed before any run; None when none is named."""
-  if int(config.sft.get("eval_rows", 0) or 0) < 0:
-    raise ValueError(f"config `sft.eval_rows`={config.sft.eval_rows} must be >= 0 (0 = every SFT row)")
   pc = config.paradigms.get("primary", None)
   if pc is None or not pc.get("arm", ""):
     return None
@@ -781,15 +779,14 @@ def primary_cell(config, workdir: str, arms: Mapping[str, tuple[str, bool, str]]
   evaluation episodes.
 
   Per (task, seed) instance held by both rows at the levels used: d = (arm - baseline) at `level`, minus (arm -
-  baseline) at `from_level` when that is >= 0 (does the gap grow with the state?). Mean over instances, interval
-  from common.stats.clustered_difference (tasks resampled, a task's seeds averaged first).
+  baseline) at `from_level` when that is >= 0 (does the gap grow with the state?). The value is the mean over
+  tasks of each task's mean over its instances (the mean over instances when every task has as many), with the
+  interval of common.stats.clustered_difference (tasks resampled, a task's seeds averaged first).
 
   Returns:
     {'cell', 'mean', 'low', 'high', 'instances', 'tasks'} (fractions), or None when no cell is named or the two
     rows share no instance (e.g. a failed reading gate stopped the run).
   """
-  if int(config.sft.get("eval_rows", 0) or 0) < 0:
-    raise ValueError(f"config `sft.eval_rows`={config.sft.eval_rows} must be >= 0 (0 = every SFT row)")
   pc = config.paradigms.get("primary", None)
   if pc is None or not pc.get("arm", ""):
     return None

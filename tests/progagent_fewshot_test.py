@@ -157,7 +157,7 @@ class ErrorRecoveryTest(absltest.TestCase):
     arms = train.paradigm_arms(c)
     # (task, seed) -> (DTC v0, DTC v3, PTC v0, PTC v3) success; task c has no v3 rollouts for PTC: left out
     wins = {("a", 1000): (1, 0, 1, 1), ("a", 1001): (1, 1, 1, 1), ("b", 1000): (0, 0, 1, 0),
-            ("b", 1001): (1, 0, 1, 1), ("c", 1000): (1, 1, 1, None)}
+            ("b", 1001): (1, 0, 1, 1), ("c", 1000): (1, 1, 1, None), ("d", 1000): (0, 0, 0, 1)}
     with tempfile.TemporaryDirectory() as d:
       for mode, cols in (("dtc", (0, 1)), ("ptc", (2, 3))):
         os.makedirs(os.path.join(d, mode, "eval"))
@@ -165,11 +165,11 @@ class ErrorRecoveryTest(absltest.TestCase):
                        [{"task_id": t, "level": lvl, "seed": s, "sample": 0, "reward": float(w[col])}
                         for (t, s), w in wins.items() for lvl, col in zip((0, 3), cols) if w[col] is not None])
       cell = train.primary_cell(c, d, arms)
-      # per instance (PTC - DTC at v3) - (PTC - DTC at v0): a/1000 +1, a/1001 0, b/1000 -1, b/1001 +1;
-      # task means a +0.5, b 0: the mean over tasks is +0.25
-      self.assertAlmostEqual(cell["mean"], 0.25)
-      self.assertEqual((cell["instances"], cell["tasks"]), (4, 2))
-      self.assertIn("primary cell: +25.0 points", train.format_primary(cell))
+      # per instance (PTC - DTC at v3) - (PTC - DTC at v0): a/1000 +1, a/1001 0, b/1000 -1, b/1001 +1, d/1000 +1;
+      # task means a +0.5, b 0, d +1: the mean over tasks is +0.5 (over instances it would be +0.4)
+      self.assertAlmostEqual(cell["mean"], 0.5)
+      self.assertEqual((cell["instances"], cell["tasks"]), (5, 3))
+      self.assertIn("primary cell: +50.0 points", train.format_primary(cell))
       self.assertIsNone(train.primary_cell(c, os.path.join(d, "missing"), arms))   # e.g. the gate stopped the run
     for bad, msg in ((dict(arm="hybrid"), "two of the table's rows"), (dict(level=4), "eval.levels"),
                      (dict(from_level=3), "from_level")):

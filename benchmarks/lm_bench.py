@@ -348,8 +348,7 @@ def main():
           f"{m['ratio']}x (greedy agreement {m['greedy_token_agreement']:.3f})")
   for r in res.get("decode", ()):
     print(f"decode step (SmolLM2-135M shape, batch {r['batch']}, cache {r['cache_slots']} slots, {r['slots']} "
-          f"slots): flat "
-          f"{r['flat_ms']} ms vs grouped {r['grouped_ms']} ms -> ratio {r['ratio']}x")
+          f"slots): flat {r['flat_ms']} ms vs grouped {r['grouped_ms']} ms -> ratio {r['ratio']}x")
   if "gen_ratio" not in res:
     return
   print(f"generation: ours {res['gen_tokens_per_s_ours']} tok/s vs transformers {res['gen_tokens_per_s_ref']} "

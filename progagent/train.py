@@ -575,8 +575,7 @@ def read_gate(config, policy: stages.Policy, params, task_ids: Sequence[str], wo
              "pass@1_high": lvl["pass@1_high"], "units": lvl["units"], "interval": "bootstrap",
              **gate_failures(trajs)}
     if int(g.samples) == 1:   # one 0/1 outcome per instance: the exact binomial interval (never [0, 0])
-      ci = stats.binomial_interval(int(round(lvl["pass@1"] * lvl["units"])), int(lvl["units"]),
-                                   confidence=config.stats.confidence)
+      ci = stats.binomial_interval(saved["passed_episodes"], saved["episodes"], confidence=config.stats.confidence)
       saved.update({"pass@1_low": ci.low, "pass@1_high": ci.high, "interval": "exact binomial"})
   saved["min_pass"] = float(g.min_pass)
   saved["passed"] = bool(saved["pass@1"] >= float(g.min_pass))
@@ -793,9 +792,8 @@ def primary_cell(config, workdir: str, arms: Mapping[str, tuple[str, bool, str]]
   arm, base = instance_rates(os.path.join(workdir, arms[pc.arm][2])), instance_rates(
       os.path.join(workdir, arms[pc.baseline][2]))
   levels = (int(pc.level),) + ((int(pc.from_level),) if int(pc.from_level) >= 0 else ())
-  shared = sorted({(t, sd) for (_, t, sd) in arm}
-                  & {(t, sd) for (_, t, sd) in base})
-  shared = [u for u in shared if all((lvl, *u) in arm and (lvl, *u) in base for lvl in levels)]
+  shared = sorted({(t, sd) for (_, t, sd) in arm
+                   if all((lvl, t, sd) in arm and (lvl, t, sd) in base for lvl in levels)})
   if not shared:
     return None
   gap = lambda lvl: [arm[(lvl, *u)] - base[(lvl, *u)] for u in shared]   # pylint: disable=unnecessary-lambda-assignment

@@ -62,17 +62,11 @@ def bucket_length(n: int, buckets: Sequence[int]) -> int:
   return sampling.bucket_length(n, buckets=tuple(buckets))
 
 
-def mean_loss(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, *, pad_id: int, rows: int,
-              length: int) -> float:
-  """Token-mean cross-entropy (nats) of the policy tokens of `trajs`, scored in batches of `rows` rows padded to
-  `length` tokens (a short last batch filled with masked copies, common.lm.updates.pad_batch)."""
-  total, count = loss_sums(params, trajs, model, pad_id=pad_id, rows=rows, length=length)
-  return total / max(count, 1.0)
-
-
 def loss_sums(params, trajs: Sequence[traj_lib.Trajectory], model: ModelConfig, *, pad_id: int, rows: int,
               length: int) -> tuple[float, float]:
-  """(summed cross-entropy in nats, number of policy tokens) of `trajs`, batched as in mean_loss."""
+  """(summed cross-entropy in nats, number of policy tokens) of the policy tokens of `trajs`, scored in batches of
+  `rows` rows padded to `length` tokens (a short last batch filled with masked copies, common.lm.updates.pad_batch);
+  total / count is the token-mean loss (progagent.train.run_sft's sft/eval_loss)."""
   total, count = 0.0, 0.0
   for i in range(0, len(trajs), rows):
     b = make_batch(list(trajs[i:i + rows]), length, pad_id=pad_id)
